@@ -1,0 +1,1 @@
+"""Per-chunk mathematics in plain NumPy/SciPy (SPEC 2: no Dask import here)."""

@@ -1,0 +1,51 @@
+"""Named train/test splits stored with a dataset (SPEC 1, SPEC 4 protocols).
+
+Two kinds: held-out rows (``test_rows``: whole documents, for document completion) and
+held-out entries (``test_mask``: True where an observed entry is held out).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import zarr
+
+from buffet.data.errors import InputError, StoreError
+from buffet.data.store import Dataset
+
+
+def holdout_rows(n_rows: int, fraction: float, seed: int) -> np.ndarray:
+    """A sorted random subset of ``round(fraction * n_rows)`` row indices (at least one)."""
+    _check_fraction(fraction)
+    n_test = max(1, int(round(fraction * n_rows)))
+    if n_test >= n_rows:
+        raise InputError(f"holdout fraction {fraction} leaves no training rows out of {n_rows}")
+    rng = np.random.default_rng(np.random.SeedSequence([seed, 0x5E1]))
+    return np.sort(rng.choice(n_rows, size=n_test, replace=False)).astype(np.int64)
+
+
+def holdout_entries(observed: np.ndarray, fraction: float, seed: int) -> np.ndarray:
+    """A boolean mask holding out ``fraction`` of the observed entries, uniformly at random."""
+    _check_fraction(fraction)
+    flat = np.flatnonzero(observed)
+    n_test = max(1, int(round(fraction * flat.size)))
+    rng = np.random.default_rng(np.random.SeedSequence([seed, 0xE17]))
+    test = np.zeros(observed.size, dtype=bool)
+    test[rng.choice(flat, size=n_test, replace=False)] = True
+    return test.reshape(observed.shape)
+
+
+def _check_fraction(fraction: float) -> None:
+    if not 0.0 < fraction < 1.0:
+        raise InputError(f"holdout fraction must be in (0, 1), got {fraction}")
+
+
+def add_split(ds: Dataset, name: str, arrays: dict[str, np.ndarray], description: dict) -> None:
+    """Store a named split beside the data (the store must be writable)."""
+    if name in ds.split_names():
+        raise StoreError(f"{ds.path}: a split named {name!r} already exists")
+    group = zarr.open_group(str(ds.path), mode="r+")
+    sub = group.require_group(f"splits/{name}")
+    for key, arr in arrays.items():
+        sub.create_array(key, shape=arr.shape, dtype=arr.dtype)[...] = arr
+    sub.attrs.update(description)
+    group.attrs["splits"] = ds.split_names() + [name]
