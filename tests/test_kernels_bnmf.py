@@ -1,0 +1,164 @@
+"""Bayesian NMF kernels against plain references (SPEC 3.5; issue 2 acceptance, kernel part)."""
+
+import numpy as np
+import pytest
+import scipy.sparse as sp
+from scipy.special import digamma, gammaln, logsumexp
+
+from buffet.data.synthetic import bnmf_corpus
+from buffet.kernels import bnmf
+
+
+def _corpus(seed=0, n_docs=60, n_words=40, n_topics=4):
+    rng = np.random.default_rng(seed)
+    X = bnmf_corpus(n_docs, n_words, n_topics, rng, tokens_per_doc=30).X
+    X = X.tolil()
+    X[3, :] = 0  # an empty document must be handled
+    return sp.csr_matrix(X), rng
+
+
+def _globals(X, n_topics, rng):
+    hyper = bnmf.Hyper.paper_defaults(X.shape[1], n_topics)
+    g, h = bnmf.initial_globals(X.shape[1], n_topics, X.sum(), X.shape[0], hyper, rng)
+    return hyper, g, h
+
+
+def _per_document_reference(X, view, hyper, tol, max_sweeps):
+    """The local step written as a plain loop over documents (no grouping, no padding)."""
+    n_docs, n_topics = X.shape[0], view.exp_elog_beta.shape[1]
+    rate = hyper.b0 + view.beta_sum
+    A = np.zeros((n_docs, n_topics))
+    S = np.zeros_like(view.exp_elog_beta)
+    for d in range(n_docs):
+        idx = X.indices[X.indptr[d]:X.indptr[d + 1]]
+        x = X.data[X.indptr[d]:X.indptr[d + 1]]
+        a = hyper.a0 + np.full(n_topics, x.sum() / n_topics)
+        if len(idx) == 0:
+            A[d] = a
+            continue
+        B = view.exp_elog_beta[idx]
+        for sweep in range(1, max_sweeps + 1):
+            t = np.exp(digamma(a)) / rate
+            phi = B @ t
+            a_new = hyper.a0 + t * (B.T @ (x / phi))
+            change = np.abs(a_new - a).mean()
+            a = a_new
+            if change < tol:
+                break
+        A[d] = a
+        S[idx] += B * t[None, :] * (x / phi)[:, None]
+    return A, S
+
+
+@pytest.mark.parametrize("max_sweeps", [3, 200])
+def test_vectorised_local_step_equals_per_document_loop(max_sweeps):
+    X, rng = _corpus()
+    hyper, g, h = _globals(X, 4, rng)
+    view = bnmf.TopicView.from_params(g, h)
+    res = bnmf.local_step(X.indptr, X.indices, X.data, view, hyper, tol=1e-4, max_sweeps=max_sweeps)
+    A, S = _per_document_reference(X, view, hyper, tol=1e-4, max_sweeps=max_sweeps)
+    np.testing.assert_allclose(res.a, A, rtol=0, atol=1e-10)
+    np.testing.assert_allclose(res.S, S, rtol=0, atol=1e-10)
+    assert res.sweeps.max() <= max_sweeps
+    # a_d = a0 + sum_v X_dv p^(vd): the statistics and the shapes come from the same p
+    np.testing.assert_allclose(res.S.sum(), (res.a - hyper.a0).sum(), rtol=1e-10)
+
+
+def test_small_groups_give_the_same_answer(monkeypatch):
+    X, rng = _corpus(seed=1)
+    hyper, g, h = _globals(X, 4, rng)
+    view = bnmf.TopicView.from_params(g, h)
+    big = bnmf.local_step(X.indptr, X.indices, X.data, view, hyper)
+    monkeypatch.setattr(bnmf, "GROUP_BYTES", 1)  # one document per group
+    small = bnmf.local_step(X.indptr, X.indices, X.data, view, hyper)
+    np.testing.assert_allclose(big.a, small.a, rtol=0, atol=1e-12)
+    np.testing.assert_allclose(big.S, small.S, rtol=0, atol=1e-12)
+
+
+def _bound_with_p(X, g, h, A, rate, hyper, P):
+    """The ELBO with explicit auxiliary p (eq. 11.23) on a dense tiny problem."""
+    elog_beta = digamma(g) - np.log(h)
+    elog_theta = digamma(A) - np.log(rate)
+    Xd = X.toarray()
+    total = 0.0
+    for d, v in zip(*np.nonzero(Xd)):
+        p = P[(d, v)]
+        total += Xd[d, v] * (p @ (elog_beta[v] + elog_theta[d]) - p @ np.log(p))
+    total -= ((g / h).sum(axis=0) * (A / rate).sum(axis=0)).sum()
+    total -= gammaln(Xd + 1).sum()
+    total += bnmf.gamma_kl_terms(A, rate[None, :], hyper.a0, hyper.b0).sum()
+    return total + bnmf.global_elbo(g, h, hyper)
+
+
+def test_local_elbo_is_the_bound_at_the_optimal_p():
+    X, rng = _corpus(seed=2, n_docs=8, n_words=10, n_topics=3)
+    hyper, g, h = _globals(X, 3, rng)
+    view = bnmf.TopicView.from_params(g, h)
+    A = rng.gamma(2.0, 1.0, size=(X.shape[0], 3))
+    rate = bnmf.theta_rate(view, hyper)
+    elog = (digamma(g) - np.log(h))[None, :, :] + (digamma(A) - np.log(rate))[:, None, :]
+    optimal = {(d, v): np.exp(elog[d, v] - logsumexp(elog[d, v])) for d, v in zip(*X.nonzero())}
+    best = _bound_with_p(X, g, h, A, rate, hyper, optimal)
+    got = bnmf.local_elbo(X.indptr, X.indices, X.data, view, hyper, A) + bnmf.global_elbo(g, h, hyper)
+    assert got == pytest.approx(best, rel=1e-12)
+    other = {key: rng.dirichlet(np.ones(3)) for key in optimal}
+    assert _bound_with_p(X, g, h, A, rate, hyper, other) < best
+
+
+def _batch_run(X, n_topics, n_iter, seed=0):
+    """Batch VB in memory with the kernels, recording the ELBO after every iteration."""
+    rng = np.random.default_rng(seed)
+    hyper, g, h = _globals(X, n_topics, rng)
+    a, trace = None, []
+    for _ in range(n_iter):
+        view = bnmf.TopicView.from_params(g, h)
+        if a is not None:
+            trace.append(bnmf.local_elbo(X.indptr, X.indices, X.data, view, hyper, a)
+                         + bnmf.global_elbo(g, h, hyper))
+        res = bnmf.local_step(X.indptr, X.indices, X.data, view, hyper, tol=1e-6, max_sweeps=50,
+                              a_start=a)
+        a = res.a
+        g, h = bnmf.batch_update(res.S, res.theta_sum, hyper)
+    return np.array(trace), g, h
+
+
+def test_batch_elbo_never_decreases():
+    X, _ = _corpus(seed=3, n_docs=80, n_words=50, n_topics=5)
+    trace, _, _ = _batch_run(X, 5, 40)
+    steps = np.diff(trace)
+    assert (steps >= -1e-9 * np.abs(trace[1:])).all(), steps.min()
+    assert trace[-1] > trace[0]
+
+
+def test_svi_step_with_rho_one_on_the_whole_corpus_equals_a_batch_step():
+    X, rng = _corpus(seed=4)
+    hyper, g, h = _globals(X, 4, rng)
+    view = bnmf.TopicView.from_params(g, h)
+    res = bnmf.local_step(X.indptr, X.indices, X.data, view, hyper)
+    g_batch, h_batch = bnmf.batch_update(res.S, res.theta_sum, hyper)
+    g_svi, h_svi = bnmf.stochastic_update(g, h, res.S, res.theta_sum, hyper, scale=1.0, rho=1.0)
+    np.testing.assert_allclose(g_svi, g_batch, rtol=1e-15)
+    np.testing.assert_allclose(h_svi, h_batch, rtol=1e-15)
+
+
+def test_completion_loglik_matches_dense_computation():
+    X, rng = _corpus(seed=5, n_docs=10, n_words=12, n_topics=3)
+    hyper, g, h = _globals(X, 3, rng)
+    view = bnmf.TopicView.from_params(g, h)
+    folds = bnmf.split_thirds(X.data, rng)
+    assert (folds.sum(axis=1) == X.data).all()
+    observed, held = folds[:, 0] + folds[:, 1], folds[:, 2].astype(float)
+    ll, n = bnmf.completion_loglik(X.indptr, X.indices, observed.astype(float), held, view, g, h, hyper,
+                                   tol=1e-6, max_sweeps=100)
+    fit = bnmf.local_step(X.indptr, X.indices, observed.astype(float), view, hyper, 1e-6, 100)
+    theta = fit.a / bnmf.theta_rate(view, hyper)
+    word_probs = theta @ (g / h).T
+    word_probs /= word_probs.sum(axis=1, keepdims=True)
+    H = sp.csr_matrix((held, X.indices, X.indptr), shape=X.shape).toarray()
+    assert n == H.sum()
+    assert ll == pytest.approx((H * np.log(np.where(H > 0, word_probs, 1.0))).sum(), rel=1e-10)
+
+
+def test_step_size_schedule():
+    assert bnmf.step_size(0, 1.0, 0.5) == 1.0
+    assert bnmf.step_size(3, 1.0, 0.5) == pytest.approx(0.5)
