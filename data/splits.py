@@ -15,7 +15,7 @@ from buffet.data.store import Dataset
 
 def holdout_rows(n_rows: int, fraction: float, seed: int) -> np.ndarray:
     """A sorted random subset of ``round(fraction * n_rows)`` row indices (at least one)."""
-    _check_fraction(fraction)
+    check_fraction(fraction)
     n_test = max(1, int(round(fraction * n_rows)))
     if n_test >= n_rows:
         raise InputError(f"holdout fraction {fraction} leaves no training rows out of {n_rows}")
@@ -25,7 +25,7 @@ def holdout_rows(n_rows: int, fraction: float, seed: int) -> np.ndarray:
 
 def holdout_entries(observed: np.ndarray, fraction: float, seed: int) -> np.ndarray:
     """A boolean mask holding out ``fraction`` of the observed entries, uniformly at random."""
-    _check_fraction(fraction)
+    check_fraction(fraction)
     flat = np.flatnonzero(observed)
     n_test = max(1, int(round(fraction * flat.size)))
     rng = np.random.default_rng(np.random.SeedSequence([seed, 0xE17]))
@@ -34,7 +34,8 @@ def holdout_entries(observed: np.ndarray, fraction: float, seed: int) -> np.ndar
     return test.reshape(observed.shape)
 
 
-def _check_fraction(fraction: float) -> None:
+def check_fraction(fraction: float) -> None:
+    """Refuse a holdout fraction outside (0, 1)."""
     if not 0.0 < fraction < 1.0:
         raise InputError(f"holdout fraction must be in (0, 1), got {fraction}")
 
@@ -43,9 +44,13 @@ def add_split(ds: Dataset, name: str, arrays: dict[str, np.ndarray], description
     """Store a named split beside the data (the store must be writable)."""
     if name in ds.split_names():
         raise StoreError(f"{ds.path}: a split named {name!r} already exists")
-    group = zarr.open_group(str(ds.path), mode="r+")
+    write_split(zarr.open_group(str(ds.path), mode="r+"), name, arrays, description)
+
+
+def write_split(group: zarr.Group, name: str, arrays: dict[str, np.ndarray], description: dict) -> None:
+    """Write a split's arrays into an open group: an existing store or one being ingested."""
     sub = group.require_group(f"splits/{name}")
     for key, arr in arrays.items():
         sub.create_array(key, shape=arr.shape, dtype=arr.dtype)[...] = arr
     sub.attrs.update(description)
-    group.attrs["splits"] = ds.split_names() + [name]
+    group.attrs["splits"] = list(group.attrs.get("splits", [])) + [name]

@@ -74,28 +74,31 @@ def check_kind(kind: str) -> None:
         raise InputError(f"unknown data kind {kind!r}; expected one of {', '.join(KINDS)}")
 
 
+def first_invalid(kind: str, values: np.ndarray) -> tuple[int, str] | None:
+    """Position (in ``values.ravel()``) and reason of the first value a model of this kind
+    cannot take, or None (SPEC 1 bad-input list). Ingest uses the position to name the line."""
+    v = np.asarray(values, dtype=np.float64).ravel()
+    checks = [(~np.isfinite(v), "NaN/inf value {!r} in an observed entry (give a mask to mark entries missing)")]
+    if kind == "counts":
+        checks += [(v < 0, "negative count {!r}; count models need counts >= 0"),
+                   (v != np.round(v), "non-integer count {!r}; count models need integers")]
+    elif kind == "binary":
+        checks += [((v != 0) & (v != 1), "value {!r} is not 0 or 1; binary models need 0/1 data")]
+    found = [(int(np.argmax(bad)), msg) for bad, msg in checks if bad.any()]
+    if not found:
+        return None
+    k, msg = min(found, key=lambda f: f[0])
+    return k, msg.format(float(v[k]))
+
+
 def check_values(kind: str, values: np.ndarray, where: str, observed: np.ndarray | None = None) -> None:
     """Refuse values a model of this kind cannot take (SPEC 1 bad-input list).
 
     ``observed`` marks entries that count (None = all); unobserved entries may hold anything.
     """
-    v = values if observed is None else values[observed]
-    if v.size == 0:
-        return
-    bad = ~np.isfinite(v)
-    if bad.any():
-        raise InputError(f"{where}: {int(bad.sum())} NaN/inf value(s) in observed entries "
-                         "(give a mask to mark entries missing)")
-    if kind == "counts":
-        if (v < 0).any():
-            raise InputError(f"{where}: negative count {v[v < 0][0]!r}; count models need counts >= 0")
-        frac = v != np.round(v)
-        if frac.any():
-            raise InputError(f"{where}: non-integer count {v[frac][0]!r}; count models need integers")
-    elif kind == "binary":
-        nb = (v != 0) & (v != 1)
-        if nb.any():
-            raise InputError(f"{where}: value {v[nb][0]!r} is not 0 or 1; binary models need 0/1 data")
+    found = first_invalid(kind, values if observed is None else values[observed])
+    if found is not None:
+        raise InputError(f"{where}: {found[1]}")
 
 
 class Dataset:
@@ -325,6 +328,28 @@ def write_dense(group: zarr.Group, X: np.ndarray, mask: np.ndarray | None, rows_
     group.create_array("X", shape=X.shape, chunks=chunks, dtype=np.float64)[:] = X
     if mask is not None:
         group.create_array("mask", shape=X.shape, chunks=chunks, dtype=bool)[:] = mask
+
+
+class DenseWriter:
+    """Appends row blocks to ``X`` (and ``mask``) of a store being written (streaming ingest).
+
+    Values are stored as given: the caller checks them and zeroes unobserved entries.
+    """
+
+    def __init__(self, group: zarr.Group, n_cols: int, rows_per_chunk: int, with_mask: bool):
+        chunks = (max(1, rows_per_chunk), max(1, n_cols))
+        self.X = group.create_array("X", shape=(0, n_cols), chunks=chunks, dtype=np.float64)
+        self.mask = (group.create_array("mask", shape=(0, n_cols), chunks=chunks, dtype=bool)
+                     if with_mask else None)
+
+    def add_rows(self, X: np.ndarray, mask: np.ndarray | None) -> None:
+        self.X.append(np.asarray(X, dtype=np.float64), axis=0)
+        if self.mask is not None:
+            self.mask.append(np.asarray(mask, dtype=bool), axis=0)
+
+    def finish(self) -> tuple[int, int]:
+        """The matrix shape."""
+        return int(self.X.shape[0]), int(self.X.shape[1])
 
 
 def iter_row_chunks(ds: Dataset, rows_per_chunk: int | None = None) -> Iterator[CSRRows | DenseRows]:

@@ -65,8 +65,8 @@ def theta_rate(view: TopicView, hyper: Hyper) -> np.ndarray:
 
 def initial_shapes(indptr: np.ndarray, counts: np.ndarray, n_topics: int, hyper: Hyper) -> np.ndarray:
     """Deterministic start: each document's words spread evenly over the topics."""
-    lengths = np.add.reduceat(counts, indptr[:-1]) if counts.size else np.zeros(len(indptr) - 1)
-    lengths = np.where(np.diff(indptr) > 0, lengths, 0.0)
+    rows = np.repeat(np.arange(len(indptr) - 1), np.diff(indptr))
+    lengths = np.bincount(rows, weights=counts, minlength=len(indptr) - 1)
     return hyper.a0 + np.repeat((lengths / n_topics)[:, None], n_topics, axis=1)
 
 
@@ -228,19 +228,34 @@ def split_thirds(counts: np.ndarray, rng: np.random.Generator) -> np.ndarray:
 
 
 def completion_loglik(indptr: np.ndarray, indices: np.ndarray, observed: np.ndarray,
-                      held: np.ndarray, view: TopicView, g: np.ndarray, h: np.ndarray,
+                      held: np.ndarray, view: TopicView, mean_beta: np.ndarray,
                       hyper: Hyper, tol: float, max_sweeps: int) -> tuple[float, float]:
     """Document completion (SPEC 4): fit theta on ``observed`` counts, score ``held`` counts.
 
     Returns (sum of log p(word) over held-out tokens, number of held-out tokens), where
-    p(v | d) = sum_k E beta_vk E theta_kd / sum_v' sum_k E beta_v'k E theta_kd (means of q).
+    p(v | d) = sum_k E beta_vk E theta_kd / sum_v' sum_k E beta_v'k E theta_kd (means of q);
+    ``mean_beta`` is E beta = g / h.
     """
     res = local_step(indptr, indices, observed, view, hyper, tol, max_sweeps, with_stats=False)
     mean_theta = res.a / theta_rate(view, hyper)
-    mean_beta = g / h
     rows = np.repeat(np.arange(len(indptr) - 1), np.diff(indptr))
     rate = np.einsum("nk,nk->n", mean_beta[indices], mean_theta[rows])
     total = mean_theta @ mean_beta.sum(axis=0)
     keep = held > 0
     ll = held[keep] @ (np.log(rate[keep]) - np.log(total[rows[keep]]))
     return float(ll), float(held.sum())
+
+
+def threefold_completion(indptr: np.ndarray, indices: np.ndarray, counts: np.ndarray,
+                         view: TopicView, mean_beta: np.ndarray, hyper: Hyper, tol: float,
+                         max_sweeps: int, rng: np.random.Generator) -> tuple[float, float]:
+    """Paper 002 section 11.6: split each document's tokens into thirds; predict each third
+    from the other two. Returns (summed log-likelihood, held-out tokens) over the three folds."""
+    folds = split_thirds(counts, rng).astype(np.float64)
+    ll = tokens = 0.0
+    for f in range(3):
+        held = folds[:, f]
+        part_ll, part_tokens = completion_loglik(indptr, indices, folds.sum(axis=1) - held, held, view,
+                                                 mean_beta, hyper, tol, max_sweeps)
+        ll, tokens = ll + part_ll, tokens + part_tokens
+    return ll, tokens

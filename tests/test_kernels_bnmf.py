@@ -13,7 +13,8 @@ def _corpus(seed=0, n_docs=60, n_words=40, n_topics=4):
     rng = np.random.default_rng(seed)
     X = bnmf_corpus(n_docs, n_words, n_topics, rng, tokens_per_doc=30).X
     X = X.tolil()
-    X[3, :] = 0  # an empty document must be handled
+    X[3, :] = 0  # empty documents must be handled, inside a chunk and at its end
+    X[-2:, :] = 0
     return sp.csr_matrix(X), rng
 
 
@@ -148,7 +149,7 @@ def test_completion_loglik_matches_dense_computation():
     folds = bnmf.split_thirds(X.data, rng)
     assert (folds.sum(axis=1) == X.data).all()
     observed, held = folds[:, 0] + folds[:, 1], folds[:, 2].astype(float)
-    ll, n = bnmf.completion_loglik(X.indptr, X.indices, observed.astype(float), held, view, g, h, hyper,
+    ll, n = bnmf.completion_loglik(X.indptr, X.indices, observed.astype(float), held, view, g / h, hyper,
                                    tol=1e-6, max_sweeps=100)
     fit = bnmf.local_step(X.indptr, X.indices, observed.astype(float), view, hyper, 1e-6, 100)
     theta = fit.a / bnmf.theta_rate(view, hyper)

@@ -1,0 +1,132 @@
+"""Checks on parsed entries and their assembly into matrices (SPEC 1 ingest).
+
+Entries are parallel arrays (row, column, value) with the input line of each, so every check
+can name the line at fault: ids out of range, values a data kind cannot take, duplicates,
+and header counts that disagree with the file.
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+import numpy as np
+
+from buffet.data.errors import InputError
+from buffet.data.store import CSRWriter, first_invalid
+from buffet.data.textblocks import PathLike, at
+
+MAX_INDEX = (1 << 31) - 1  # stored column indices are int32
+Describe = Callable[[int, int], str]  # (row, column), 0-based -> words naming the entry
+
+
+def check_range(ids: np.ndarray, lo: int, hi: int, lines: np.ndarray, path: PathLike, name: str,
+                context: str = "") -> None:
+    """Every id must lie in ``lo..hi``; otherwise an error naming the first line at fault."""
+    bad = (ids < lo) | (ids > hi)
+    if bad.any():
+        k = int(np.argmax(bad))
+        raise InputError(at(path, int(lines[k]), f"{name} {int(ids[k])} is out of range {lo}..{hi}{context}"))
+
+
+def check_kind_values(kind: str, values: np.ndarray, lines: np.ndarray, path: PathLike,
+                      observed: np.ndarray | None = None) -> None:
+    """Values (one row per line) must suit ``kind``; entries not ``observed`` are ignored."""
+    values = values.reshape(len(lines), -1)
+    found = first_invalid(kind, values if observed is None else np.where(observed, values, 0.0))
+    if found is not None:
+        k, reason = found
+        line, column = divmod(k, values.shape[1])
+        where = f"column {column + 1}: " if values.shape[1] > 1 else ""
+        raise InputError(at(path, int(lines[line]), where + reason))
+
+
+def check_unique_cells(rows: np.ndarray, cols: np.ndarray, n_cols: int, lines: np.ndarray,
+                       path: PathLike, describe: Describe) -> np.ndarray:
+    """The stable order sorting entries by (row, column); a repeated cell is an error naming
+    the line where it repeats and the line where it first appeared."""
+    keys = rows.astype(np.int64) * max(1, n_cols) + cols
+    order = np.argsort(keys, kind="stable")
+    sorted_keys = keys[order]
+    dup = np.flatnonzero(sorted_keys[1:] == sorted_keys[:-1])
+    if dup.size:
+        i = dup[np.argmin(lines[order[dup + 1]])]
+        later, first = order[i + 1], order[i]
+        raise InputError(at(path, int(lines[later]), f"duplicate {describe(int(rows[later]), int(cols[later]))} "
+                                                     f"(already on line {int(lines[first])})"))
+    return order
+
+
+def dense_from_cells(shape: tuple[int, int], rows: np.ndarray, cols: np.ndarray, values: np.ndarray,
+                     lines: np.ndarray, path: PathLike, describe: Describe) -> np.ndarray:
+    """A dense matrix holding the given cells (zero elsewhere); duplicates are errors."""
+    check_unique_cells(rows, cols, shape[1], lines, path, describe)
+    X = np.zeros(shape, dtype=np.float64)
+    X[rows, cols] = values
+    return X
+
+
+class EntryCount:
+    """Checks that a file holds exactly the number of entries its header announced."""
+
+    def __init__(self, expected: int, path: PathLike, header_line: int, name: str):
+        self.expected, self.path, self.header_line, self.name = expected, path, header_line, name
+        self.seen = 0
+
+    def add(self, lines: np.ndarray) -> None:
+        if self.seen + len(lines) > self.expected:
+            extra = int(lines[self.expected - self.seen])
+            raise InputError(at(self.path, extra, f"more entries than the {self.name} = {self.expected} "
+                                                  f"announced on line {self.header_line}"))
+        self.seen += len(lines)
+
+    def finish(self, last_line: int) -> None:
+        if self.seen < self.expected:
+            raise InputError(at(self.path, None, f"the file ends (line {last_line}) after {self.seen} entries, "
+                                                 f"but line {self.header_line} announced {self.name} = "
+                                                 f"{self.expected}"))
+
+
+class CSRRowStream:
+    """Feeds entries whose rows never decrease (the caller checks) into a ``CSRWriter`` as
+    complete rows. The last row seen is held back until a later row, or ``finish``, shows it
+    is complete, so a row may span any number of input blocks."""
+
+    def __init__(self, writer: CSRWriter, path: PathLike, describe: Describe):
+        self.writer, self.path, self.describe = writer, path, describe
+        empty = np.zeros(0, dtype=np.int64)
+        self.held = (empty, empty, np.zeros(0, dtype=np.float64), empty)
+        self.next_row = 0
+
+    def add(self, rows: np.ndarray, cols: np.ndarray, values: np.ndarray, lines: np.ndarray) -> None:
+        """Entries (0-based rows and columns) in row order, with their line numbers."""
+        if rows.size == 0:
+            return
+        parts = [np.concatenate((h, a)) for h, a in zip(self.held, (rows, cols, values, lines))]
+        cut = int(np.searchsorted(parts[0], parts[0][-1]))
+        self._write([p[:cut] for p in parts], int(parts[0][-1]))
+        self.held = tuple(p[cut:] for p in parts)
+
+    def finish(self, n_rows: int) -> tuple[int, int]:
+        """Write the held row and empty rows up to ``n_rows``; return the matrix shape."""
+        self._write(list(self.held), n_rows)
+        return self.writer.finish()
+
+    def _write(self, parts: list[np.ndarray], end_row: int) -> None:
+        """Write rows ``next_row .. end_row - 1`` (rows without entries are empty)."""
+        rows, cols, values, lines = parts
+        if end_row <= self.next_row:
+            return
+        if rows.size and not _strictly_increasing(rows, cols):
+            n_cols = self.writer.n_cols or int(cols.max()) + 1
+            order = check_unique_cells(rows, cols, n_cols, lines, self.path, self.describe)
+            rows, cols, values = rows[order], cols[order], values[order]
+        counts = np.bincount(rows - self.next_row, minlength=end_row - self.next_row)
+        where = at(self.path, int(lines[0]) if lines.size else None, f"rows {self.next_row + 1}..{end_row}")
+        self.writer.add_rows(counts, cols, values, where)
+        self.next_row = end_row
+
+
+def _strictly_increasing(rows: np.ndarray, cols: np.ndarray) -> bool:
+    """True when entries are sorted by row and, within a row, by strictly increasing column."""
+    same_row = rows[1:] == rows[:-1]
+    return bool(((rows[1:] > rows[:-1]) | (same_row & (cols[1:] > cols[:-1]))).all())

@@ -1,0 +1,106 @@
+"""Matrix Market ingest (SPEC 1): ``.mtx`` files, coordinate and array formats, general symmetry.
+
+Rows are the first index. The field sets the default kind: ``pattern`` -> binary, ``integer``
+-> counts, ``real`` -> real. Counts are stored in the ``csr`` layout, other kinds dense (an
+unlisted coordinate entry is a zero, as Matrix Market defines it, not a missing value).
+The text is parsed in blocks; the entries are then gathered in memory, since coordinate
+files may list them in any order.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from buffet.data.arrays import DEFAULT_ROWS_PER_CHUNK
+from buffet.data.entries import CSRRowStream, EntryCount, check_kind_values, check_range, dense_from_cells
+from buffet.data.errors import InputError
+from buffet.data.ingest_store import check_options, finish_store, provenance
+from buffet.data.store import CSRWriter, Dataset, StoreWriter, check_kind, write_dense
+from buffet.data.textblocks import (DEFAULT_BLOCK_BYTES, PathLike, RecordSpec, Records, TextSource, at,
+                                    concat_records, parse_records, read_int_line, show)
+
+FIELD_KINDS = {"pattern": "binary", "integer": "counts", "real": "real", "double": "real"}
+BANNER = "%%matrixmarket matrix FORMAT FIELD general"
+
+
+def ingest_mtx(path: PathLike, out: PathLike, kind: str | None = None,
+               rows_per_chunk: int = DEFAULT_ROWS_PER_CHUNK, overwrite: bool = False,
+               holdout: float | None = None, seed: int = 0,
+               block_bytes: int = DEFAULT_BLOCK_BYTES) -> Dataset:
+    """Ingest a Matrix Market file into a dataset at ``out`` (SPEC 1).
+
+    ``kind`` (real, binary, counts) defaults from the field. Errors name file and line: a bad
+    banner or size line, entry counts that differ from the size line, indices out of range,
+    repeated coordinates, values the kind cannot take (NaN/inf, negative or fractional counts,
+    non-0/1 binary values), malformed lines, an empty file. ``holdout`` stores a ``heldout``
+    split: whole rows for counts, entries otherwise.
+    """
+    check_options(rows_per_chunk, holdout, block_bytes)
+    with StoreWriter(out, overwrite=overwrite) as w, TextSource(path) as src:
+        layout_name, field = _read_banner(src)
+        kind = kind or FIELD_KINDS[field]
+        check_kind(kind)
+        coordinate = layout_name == "coordinate"
+        names = ("rows", "columns", "entries") if coordinate else ("rows", "columns")
+        size, size_line = read_int_line(src, names, comment=b"%")
+        n_rows, n_cols = size[0], size[1]
+        if n_rows == 0 or n_cols == 0:
+            raise InputError(at(path, size_line, f"the matrix is {n_rows} x {n_cols}; it needs rows and columns"))
+        spec = RecordSpec(("row", "column") if coordinate else (), () if field == "pattern" else ("value",))
+        rec = concat_records([parse_records(b, spec, path) for b in src.blocks(block_bytes)], spec)
+        count = EntryCount(size[2] if coordinate else n_rows * n_cols, path, size_line, names[-1])
+        count.add(rec.lines)
+        count.finish(src.line)
+        rows, cols = _positions(rec, coordinate, n_rows, n_cols, size_line, path)
+        values = rec.values[:, 0] if rec.values.shape[1] else np.ones(len(rec))
+        check_kind_values(kind, values, rec.lines, path)
+        if kind == "counts":
+            order = np.argsort(rows, kind="stable")
+            stream = CSRRowStream(CSRWriter(w.group, n_cols, rows_per_chunk, kind, str(path)), path, _describe)
+            stream.add(rows[order], cols[order], values[order], rec.lines[order])
+            shape, layout = stream.finish(n_rows), "csr"
+        else:
+            X = dense_from_cells((n_rows, n_cols), rows, cols, values, rec.lines, path, _describe)
+            write_dense(w.group, X, None, rows_per_chunk)
+            shape, layout = X.shape, "dense"
+        prov = provenance("mtx", [path], mtx_format=layout_name, field=field, lines=src.line)
+        finish_store(w, layout, kind, shape, rows_per_chunk, prov, holdout, seed)
+    return Dataset(out)
+
+
+def _read_banner(src: TextSource) -> tuple[str, str]:
+    """The format (coordinate, array) and field of the ``%%MatrixMarket`` first line."""
+    line = src.readline()
+    if line is None:
+        raise InputError(at(src.path, None, f"the file is empty (expected a first line '{BANNER}')"))
+    words = line.decode("utf-8", errors="replace").lower().split()
+    if len(words) != 5 or words[0] != "%%matrixmarket" or words[1] != "matrix":
+        raise InputError(at(src.path, 1, f"not a Matrix Market banner: {show(line)} (expected '{BANNER}')"))
+    layout_name, field, symmetry = words[2:]
+    if layout_name not in ("coordinate", "array"):
+        raise InputError(at(src.path, 1, f"unknown format {layout_name!r}; expected coordinate or array"))
+    if field not in FIELD_KINDS:
+        raise InputError(at(src.path, 1, f"field {field!r} is not supported; expected integer, real or pattern"))
+    if symmetry != "general":
+        raise InputError(at(src.path, 1, f"symmetry {symmetry!r} is not supported; only general matrices "
+                                         "(every entry listed) are"))
+    if field == "pattern" and layout_name == "array":
+        raise InputError(at(src.path, 1, "the array format cannot have the pattern field"))
+    return layout_name, field
+
+
+def _describe(row: int, col: int) -> str:
+    return f"entry ({row + 1}, {col + 1})"
+
+
+def _positions(rec: Records, coordinate: bool, n_rows: int, n_cols: int, size_line: int,
+               path: PathLike) -> tuple[np.ndarray, np.ndarray]:
+    """0-based (row, column) of every entry: given (1-based) for coordinate files,
+    column-major order for array files."""
+    if not coordinate:
+        k = np.arange(len(rec), dtype=np.int64)
+        return k % max(1, n_rows), k // max(1, n_rows)
+    context = f" (line {size_line} gives the size {n_rows} x {n_cols})"
+    check_range(rec.ids[:, 0], 1, n_rows, rec.lines, path, "row index", context)
+    check_range(rec.ids[:, 1], 1, n_cols, rec.lines, path, "column index", context)
+    return rec.ids[:, 0] - 1, rec.ids[:, 1] - 1

@@ -1,0 +1,174 @@
+"""Ratings ingest (SPEC 1): long-form ``user,item,rating`` files and dense user x item tables.
+
+Both are stored as ``real`` data in the ``dense`` layout with a mask (True = rated), the
+layout the collaborative-filtering protocol (SPEC 4) holds entries out of.
+"""
+
+from __future__ import annotations
+
+import csv
+from array import array
+from typing import Iterator
+
+import numpy as np
+
+from buffet.data.arrays import DEFAULT_ROWS_PER_CHUNK
+from buffet.data.entries import check_kind_values, dense_from_cells
+from buffet.data.errors import InputError
+from buffet.data.ingest_store import check_options, finish_store, provenance
+from buffet.data.store import Dataset, DenseWriter, StoreWriter, write_dense, write_strings
+from buffet.data.textblocks import (DEFAULT_BLOCK_BYTES, Block, PathLike, RecordSpec, TextSource, at,
+                                    parse_float, parse_records, split_fields)
+
+DELIMITERS = ("\t", ",", ";")  # tried in this order; otherwise runs of whitespace
+
+
+def ingest_ratings(path: PathLike, out: PathLike, rows_per_chunk: int = DEFAULT_ROWS_PER_CHUNK,
+                   overwrite: bool = False, holdout: float | None = None, seed: int = 0) -> Dataset:
+    """Ingest long-form ratings ``user,item,rating`` (CSV, TSV, ``;`` or whitespace separated,
+    told apart by the first line; an optional header line; extra columns such as a timestamp
+    are ignored) into a masked dense ``real`` dataset at ``out`` (SPEC 1).
+
+    User and item ids are arbitrary strings numbered in order of first appearance and stored
+    as ``row_labels`` and ``col_labels``. Errors name file and line: malformed lines, ratings
+    that are not finite numbers, a repeated (user, item) pair, an empty file. ``holdout``
+    stores a ``heldout`` split of rated entries (``test_mask``). The ratings are gathered in
+    memory (compact arrays), since a user's ratings may be anywhere in the file.
+    """
+    check_options(rows_per_chunk, holdout)
+    table = _RatingList(path)
+    with StoreWriter(out, overwrite=overwrite) as w, TextSource(path) as src:
+        rating_rows = _rating_rows(src)
+        header = table.add_first(next(rating_rows, None))
+        for line, fields in rating_rows:
+            table.add(fields, line)
+        X, mask = table.dense()
+        write_dense(w.group, X, mask, rows_per_chunk)
+        write_strings(w.group, "row_labels", list(table.users))
+        write_strings(w.group, "col_labels", list(table.items))
+        prov = provenance("ratings", [path], header=header, ratings=len(table.lines), lines=src.line)
+        finish_store(w, "dense", "real", X.shape, rows_per_chunk, prov, holdout, seed)
+    return Dataset(out)
+
+
+def _rating_rows(src: TextSource) -> Iterator[tuple[int, list[str]]]:
+    """(line number, fields) of every non-blank line; the delimiter is chosen from the first."""
+    delimiter: str | None = None
+    while (raw := src.readline()) is not None:
+        try:
+            text = raw.decode("utf-8")
+        except UnicodeDecodeError:
+            raise InputError(at(src.path, src.line, "not valid UTF-8 text")) from None
+        if not text.strip():
+            continue
+        if delimiter is None:
+            delimiter = next((d for d in DELIMITERS if d in text), " ")
+        fields = text.split() if delimiter == " " else next(csv.reader([text], delimiter=delimiter))
+        yield src.line, [f.strip() for f in fields]
+
+
+class _RatingList:
+    """Ratings gathered as compact arrays, with user and item ids numbered in order of appearance."""
+
+    def __init__(self, path: PathLike):
+        self.path = path
+        self.users: dict[str, int] = {}
+        self.items: dict[str, int] = {}
+        self.rows, self.cols, self.lines, self.values = array("q"), array("q"), array("q"), array("d")
+
+    def add_first(self, first: tuple[int, list[str]] | None) -> list[str] | None:
+        """Take the first line: a header (returned) if its rating field is not a number, else a rating."""
+        if first is None:
+            raise InputError(at(self.path, None, "no ratings (the file is empty)"))
+        line, fields = first
+        if len(fields) >= 3:
+            try:
+                float(fields[2])
+            except ValueError:
+                return fields
+        self.add(fields, line)
+        return None
+
+    def add(self, fields: list[str], line: int) -> None:
+        """Append one rating line."""
+        if len(fields) < 3 or not fields[0] or not fields[1]:
+            raise InputError(at(self.path, line, f"expected user, item, rating; found {fields!r}"))
+        self.values.append(parse_float(fields[2], "rating", self.path, line))
+        self.rows.append(self.users.setdefault(fields[0], len(self.users)))
+        self.cols.append(self.items.setdefault(fields[1], len(self.items)))
+        self.lines.append(line)
+
+    def dense(self) -> tuple[np.ndarray, np.ndarray]:
+        """The user x item matrix (0 where unrated) and its mask, after checking the ratings."""
+        if not self.lines:
+            raise InputError(at(self.path, None, "no ratings (the file holds only a header)"))
+        rows, cols, lines, values = (np.frombuffer(a, dtype=a.typecode)
+                                     for a in (self.rows, self.cols, self.lines, self.values))
+        check_kind_values("real", values, lines, self.path)
+        users, items = list(self.users), list(self.items)
+        shape = (len(users), len(items))
+        X = dense_from_cells(shape, rows, cols, values, lines, self.path,
+                             lambda r, c: f"rating for user {users[r]!r} and item {items[c]!r}")
+        mask = np.zeros(shape, dtype=bool)
+        mask[rows, cols] = True
+        return X, mask
+
+
+def ingest_dense_ratings(path: PathLike, out: PathLike, sentinel: float = 99.0, first_column_count: bool = False,
+                         rows_per_chunk: int = DEFAULT_ROWS_PER_CHUNK, overwrite: bool = False,
+                         holdout: float | None = None, seed: int = 0,
+                         block_bytes: int = DEFAULT_BLOCK_BYTES) -> Dataset:
+    """Ingest a dense user x item table (the Jester layout: one user per line, numbers separated
+    by whitespace or commas) into a masked dense ``real`` dataset at ``out`` (SPEC 1).
+
+    Entries equal to ``sentinel`` (NaN allowed) are unrated: mask False, stored as 0. With
+    ``first_column_count`` the first column is the number of rated items of the row; it is
+    checked and dropped. Rows are streamed in blocks. Errors name file and line: rows of
+    differing length, non-numbers, NaN/inf that is not the sentinel, a wrong count column, an
+    empty file. ``holdout`` stores a ``heldout`` split of rated entries (``test_mask``).
+    """
+    check_options(rows_per_chunk, holdout, block_bytes)
+    with StoreWriter(out, overwrite=overwrite) as w, TextSource(path) as src:
+        writer: DenseWriter | None = None
+        spec: RecordSpec | None = None
+        for block in src.blocks(block_bytes):
+            if spec is None:
+                spec = _table_spec(block, first_column_count, path)
+                writer = DenseWriter(w.group, spec.width - first_column_count, rows_per_chunk, with_mask=True)
+            X, mask = _table_rows(block, spec, sentinel, first_column_count, path)
+            writer.add_rows(X, mask)
+        if writer is None:
+            raise InputError(at(path, None, "no rows (the file is empty)"))
+        shape = writer.finish()
+        prov = provenance("dense-ratings", [path], sentinel=sentinel, first_column_count=first_column_count,
+                          lines=src.line)
+        finish_store(w, "dense", "real", shape, rows_per_chunk, prov, holdout, seed)
+    return Dataset(out)
+
+
+def _table_spec(block: Block, first_column_count: bool, path: PathLike) -> RecordSpec:
+    """Width and delimiter of the table, from its first non-blank line."""
+    offset, first = next((k, raw) for k, raw in enumerate(block.data.split(b"\n")) if raw.strip())
+    delimiter = b"," if b"," in first else None
+    width = len(split_fields(first, delimiter))
+    if first_column_count and width < 2:
+        raise InputError(at(path, block.first_line + offset, "first_column_count needs a count column and at least "
+                                                    "one rating column"))
+    return RecordSpec((), ("rating",) * width, delimiter)
+
+
+def _table_rows(block: Block, spec: RecordSpec, sentinel: float, first_column_count: bool,
+                path: PathLike) -> tuple[np.ndarray, np.ndarray]:
+    """The rows of a block (unrated entries zeroed) and their mask, after checking them."""
+    rec = parse_records(block, spec, path)
+    table = rec.values[:, 1:] if first_column_count else rec.values
+    observed = ~np.isnan(table) if np.isnan(sentinel) else table != sentinel
+    if first_column_count:
+        wrong = rec.values[:, 0] != observed.sum(axis=1)
+        if wrong.any():
+            k = int(np.argmax(wrong))
+            raise InputError(at(path, int(rec.lines[k]), f"the first column says {rec.values[k, 0]:g} rated items "
+                                                         f"but the row has {int(observed[k].sum())} values other "
+                                                         f"than the sentinel {sentinel:g}"))
+    check_kind_values("real", table, rec.lines, path, observed)
+    return np.where(observed, table, 0.0), observed

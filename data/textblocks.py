@@ -1,0 +1,283 @@
+"""Reading text input in large blocks of whole lines, and parsing numeric records (SPEC 1 ingest).
+
+Every text format is read as bytes (plain or gzip, told apart by the gzip magic number) in
+blocks of whole lines, so a corpus never has to fit in memory. A block of numeric records is
+parsed by a fast vectorised path that accepts only well-formed blocks; anything else goes to
+a line-by-line parser that either parses the block or raises ``InputError`` naming the file
+and line. The line-by-line parser is the single source of messages about malformed lines.
+"""
+
+from __future__ import annotations
+
+import gzip
+import os
+import zlib
+from dataclasses import dataclass
+from pathlib import Path
+from typing import BinaryIO, Iterator
+
+import numpy as np
+
+from buffet.data.errors import InputError
+
+PathLike = str | os.PathLike
+DEFAULT_BLOCK_BYTES = 1 << 24
+_WHITESPACE = b" \t\r\n\x0b\x0c"
+_IS_SPACE = np.zeros(256, dtype=bool)
+_IS_SPACE[list(_WHITESPACE)] = True
+_INT_CHARS = b"0123456789" + _WHITESPACE
+ID_LIMIT = 1 << 62
+
+
+def at(path: PathLike, line: int | None, message: str) -> str:
+    """An error message naming the file and, when known, the line."""
+    return f"{path}, line {line}: {message}" if line is not None else f"{path}: {message}"
+
+
+def show(raw: bytes | str, limit: int = 60) -> str:
+    """A line (or field) of input, decoded and shortened for an error message."""
+    text = (raw.decode("utf-8", errors="replace") if isinstance(raw, bytes) else raw).strip()
+    return repr(text if len(text) <= limit else text[:limit] + "...")
+
+
+def open_bytes(path: PathLike) -> BinaryIO:
+    """Open a plain or gzip-compressed file for binary reading (SPEC 1: ``.txt`` or ``.txt.gz``)."""
+    try:
+        with open(path, "rb") as probe:
+            gzipped = probe.read(2) == b"\x1f\x8b"
+        return gzip.open(path, "rb") if gzipped else open(path, "rb")
+    except OSError as exc:
+        raise InputError(at(path, None, f"cannot open ({exc.strerror or exc})")) from exc
+
+
+@dataclass(frozen=True)
+class Block:
+    """Whole lines of a file (ending in a newline) and the number of the first one."""
+
+    data: bytes
+    first_line: int
+
+
+class TextSource:
+    """A text file read as bytes: single lines first (headers), then blocks of whole lines."""
+
+    def __init__(self, path: PathLike):
+        self.path = Path(path)
+        self.fh = open_bytes(path)
+        self.line = 0  # lines consumed so far
+
+    def __enter__(self) -> "TextSource":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.fh.close()
+
+    def _guard(self, read, *args) -> bytes:
+        try:
+            return read(*args)
+        except (OSError, EOFError, zlib.error) as exc:
+            raise InputError(at(self.path, self.line + 1, f"cannot read the file ({exc})")) from exc
+
+    def readline(self) -> bytes | None:
+        """The next line without its newline, or None at the end of the file."""
+        raw = self._guard(self.fh.readline)
+        if not raw:
+            return None
+        self.line += 1
+        return raw.rstrip(b"\r\n")
+
+    def next_nonblank(self, comment: bytes | None = None) -> bytes | None:
+        """The next line holding anything but whitespace (and not a comment), or None at the end."""
+        while (raw := self.readline()) is not None:
+            text = raw.strip()
+            if text and not (comment and text.startswith(comment)):
+                return text
+        return None
+
+    def blocks(self, block_bytes: int = DEFAULT_BLOCK_BYTES) -> Iterator[Block]:
+        """The rest of the file in blocks of about ``block_bytes``, each made of whole lines."""
+        carry = b""
+        while chunk := self._guard(self.fh.read, block_bytes):
+            buf = carry + chunk
+            cut = buf.rfind(b"\n") + 1
+            carry = buf[cut:]
+            if cut:
+                yield self._advance(buf[:cut])
+        if carry.strip():
+            yield self._advance(carry + b"\n")
+
+    def _advance(self, data: bytes) -> Block:
+        block = Block(data, self.line + 1)
+        self.line += data.count(b"\n")
+        return block
+
+
+def read_int_line(src: TextSource, names: tuple[str, ...], comment: bytes | None = None) -> tuple[list[int], int]:
+    """The next non-blank line as non-negative integers named ``names`` (a header line), and its number."""
+    text = src.next_nonblank(comment)
+    if text is None:
+        what = "the file is empty" if src.line == 0 else "the file ends"
+        raise InputError(at(src.path, None, f"{what} before the header line giving {' '.join(names)}"))
+    fields = text.split()
+    where = f"header line should hold {' '.join(names)}"
+    if len(fields) != len(names):
+        raise InputError(at(src.path, src.line, f"{where} ({len(names)} integer(s)), found {show(text)}"))
+    values = [parse_int(f, name, src.path, src.line) for f, name in zip(fields, names)]
+    bad = [n for n, v in zip(names, values) if v < 0]
+    if bad:
+        raise InputError(at(src.path, src.line, f"{where}; {bad[0]} must not be negative"))
+    return values, src.line
+
+
+def parse_int(field: bytes | str, name: str, path: PathLike, line: int) -> int:
+    """One integer field, or an error naming the line."""
+    try:
+        value = int(field)
+    except ValueError:
+        raise InputError(at(path, line, f"{show(field)} is not an integer {name}")) from None
+    if abs(value) >= ID_LIMIT:
+        raise InputError(at(path, line, f"{name} {value} is too large"))
+    return value
+
+
+def parse_float(field: bytes | str, name: str, path: PathLike, line: int) -> float:
+    """One numeric field, or an error naming the line."""
+    try:
+        return float(field)
+    except ValueError:
+        raise InputError(at(path, line, f"{show(field)} is not a number ({name})")) from None
+
+
+def read_words(path: PathLike) -> list[str]:
+    """A vocabulary file: one word per line (UTF-8; trailing whitespace ignored; no empty words)."""
+    words: list[str] = []
+    with TextSource(path) as src:
+        while (raw := src.readline()) is not None:
+            try:
+                word = raw.decode("utf-8").strip()
+            except UnicodeDecodeError:
+                raise InputError(at(path, src.line, "not valid UTF-8 text")) from None
+            if not word:
+                raise InputError(at(path, src.line, "empty line; a vocabulary file holds one word per line"))
+            words.append(word)
+    return words
+
+
+@dataclass(frozen=True)
+class RecordSpec:
+    """The fields of one record line: integer ids first, then numeric values."""
+
+    id_names: tuple[str, ...]
+    value_names: tuple[str, ...]
+    delimiter: bytes | None = None  # None = runs of whitespace
+
+    @property
+    def width(self) -> int:
+        return len(self.id_names) + len(self.value_names)
+
+
+@dataclass(frozen=True)
+class Records:
+    """Parsed record lines: ``ids`` (n, n_ids) int64, ``values`` (n, n_values) float64, ``lines`` (n,)."""
+
+    ids: np.ndarray
+    values: np.ndarray
+    lines: np.ndarray
+
+    def __len__(self) -> int:
+        return len(self.lines)
+
+
+def parse_records(block: Block, spec: RecordSpec, path: PathLike) -> Records:
+    """Parse a block of record lines; blank lines are skipped. Raises ``InputError`` naming the line."""
+    fast = _parse_records_fast(block, spec)
+    return fast if fast is not None else _parse_records_slowly(block, spec, path)
+
+
+def _parse_records_fast(block: Block, spec: RecordSpec) -> Records | None:
+    """Vectorised parse of a well-formed block, or None if anything looks unusual."""
+    data = block.data if spec.delimiter is None else block.data.replace(spec.delimiter, b" ")
+    lines = _lines_with_tokens(data, spec.width)
+    if lines is None or lines.size == 0:
+        return None
+    integral = not data.translate(None, _INT_CHARS)
+    try:
+        flat = np.fromstring(data, dtype=np.int64 if integral else np.float64, sep=" ")
+    except ValueError:
+        return None
+    if flat.size != lines.size * spec.width or (integral and (np.abs(flat) >= ID_LIMIT).any()):
+        return None
+    table = flat.reshape(lines.size, spec.width)
+    n_ids = len(spec.id_names)
+    ids = table[:, :n_ids]
+    if not integral:
+        if not (np.isfinite(ids).all() and (ids == np.round(ids)).all() and (np.abs(ids) < ID_LIMIT).all()):
+            return None
+        ids = ids.astype(np.int64)
+    return Records(ids, table[:, n_ids:].astype(np.float64), lines + block.first_line)
+
+
+def _lines_with_tokens(data: bytes, width: int) -> np.ndarray | None:
+    """Offsets of the lines holding ``width`` whitespace-separated tokens, or None if some
+    non-blank line holds another number of tokens."""
+    b = np.frombuffer(data, dtype=np.uint8)
+    starts, newlines = _token_starts(b), np.flatnonzero(b == 10)
+    n = newlines.size
+    if starts.size == width * n and (starts[width - 1::width] < newlines).all() \
+            and (starts[width::width] > newlines[:-1]).all():
+        return np.arange(n, dtype=np.int64)
+    per_line = np.bincount(np.searchsorted(newlines, starts), minlength=n)
+    if ((per_line != 0) & (per_line != width)).any():
+        return None
+    return np.flatnonzero(per_line == width).astype(np.int64)
+
+
+def tokens_per_line(data: bytes) -> np.ndarray:
+    """The number of whitespace-separated tokens on each line of ``data`` (which ends in a newline)."""
+    b = np.frombuffer(data, dtype=np.uint8)
+    newlines = np.flatnonzero(b == 10)
+    return np.bincount(np.searchsorted(newlines, _token_starts(b)), minlength=newlines.size)
+
+
+def _token_starts(b: np.ndarray) -> np.ndarray:
+    """Positions of the first byte of every whitespace-separated token."""
+    space = _IS_SPACE[b]
+    return np.flatnonzero(~space & np.concatenate(([True], space[:-1])))
+
+
+def concat_records(parts: list[Records], spec: RecordSpec) -> Records:
+    """Records of several blocks as one."""
+    if not parts:
+        empty = np.zeros(0, dtype=np.int64)
+        return Records(empty.reshape(0, len(spec.id_names)), np.zeros((0, len(spec.value_names))), empty)
+    return Records(*(np.concatenate([getattr(r, f) for r in parts]) for f in ("ids", "values", "lines")))
+
+
+def _parse_records_slowly(block: Block, spec: RecordSpec, path: PathLike) -> Records:
+    """Line-by-line parse that names the first malformed line."""
+    ids: list[list[int]] = []
+    values: list[list[float]] = []
+    lines: list[int] = []
+    n_ids = len(spec.id_names)
+    for offset, raw in enumerate(block.data.split(b"\n")[:-1]):
+        line = block.first_line + offset
+        fields = split_fields(raw, spec.delimiter)
+        if not fields:
+            continue
+        if len(fields) != spec.width:
+            names = " ".join(spec.id_names + spec.value_names) if spec.width <= 8 else "values"
+            raise InputError(at(path, line, f"expected {spec.width} fields ({names}), found {len(fields)}: "
+                                            f"{show(raw)}"))
+        ids.append([parse_int(f, name, path, line) for f, name in zip(fields, spec.id_names)])
+        values.append([parse_float(f, name, path, line) for f, name in zip(fields[n_ids:], spec.value_names)])
+        lines.append(line)
+    return Records(np.array(ids, dtype=np.int64).reshape(len(lines), n_ids),
+                   np.array(values, dtype=np.float64).reshape(len(lines), len(spec.value_names)),
+                   np.array(lines, dtype=np.int64))
+
+
+def split_fields(raw: bytes, delimiter: bytes | None) -> list[bytes]:
+    """The fields of a line ([] for a blank line); an empty delimited field is kept as b''."""
+    if delimiter is None or not raw.strip():
+        return raw.split()
+    return [f.strip() for f in raw.split(delimiter)]

@@ -1,0 +1,195 @@
+"""The Indian buffet process prior shared by the IBP samplers (SPEC 3.3, 3.4; paper 001 eq. 2, Alg. 1).
+
+Two representations of Z are used:
+
+* a *particle block* (``IBPParticles``): L binary matrices stored as one padded array
+  ``Z[l, i, k]`` (L x N x Kc), with the column counts ``m[l, k]`` kept alongside so that the
+  IBP conditional of the next row costs O(L Kc) instead of O(L N Kc). Features of particle l
+  occupy columns ``0 .. K_l - 1`` in order of appearance; columns ``K_l .. Kc - 1`` are zero
+  padding, so ``K_l = (m[l] > 0).sum()``. Model blocks subclass it and name the arrays that have
+  feature axes in ``FEATURE_AXES`` so one padding / selection routine serves every model;
+* a single matrix Z (N x K) for the Gibbs samplers, where all-zero columns are ignored.
+
+The IBP is a distribution on equivalence classes of binary matrices (left-ordered form);
+``class_key`` gives a canonical label of a class, ``ibp_log_prob`` its probability (eq. 2).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+from dataclasses import dataclass
+from typing import Callable, ClassVar, TypeVar
+
+import numpy as np
+from scipy.special import gammaln, logsumexp
+
+Block = TypeVar("Block", bound="IBPParticles")
+
+
+@dataclass(frozen=True)
+class IBPParticles:
+    """L binary matrices in a padded array (module docstring; SPEC 3.3 particle state).
+
+    Z: (L, N, Kc) bool, rows ``0 .. n_rows - 1`` filled; m: (L, Kc) int64 column counts of
+    those rows; n_rows: rows processed so far (the same for every particle of a block).
+    """
+
+    Z: np.ndarray
+    m: np.ndarray
+    n_rows: int
+
+    FEATURE_AXES: ClassVar[dict[str, tuple[int, ...]]] = {"Z": (2,), "m": (1,)}
+
+    @property
+    def n_particles(self) -> int:
+        """Number of particles L in the block."""
+        return self.Z.shape[0]
+
+    @property
+    def n_features(self) -> np.ndarray:
+        """K+ of every particle, shape (L,)."""
+        return np.count_nonzero(self.m, axis=1)
+
+
+def init_ibp_particles(n_particles: int, n_rows: int) -> IBPParticles:
+    """An empty block: L particles, room for ``n_rows`` rows, no features (SPEC 3.3, Alg. 2 line 1)."""
+    return IBPParticles(Z=np.zeros((n_particles, n_rows, 0), bool),
+                        m=np.zeros((n_particles, 0), np.int64), n_rows=0)
+
+
+def resize_features(block: Block, capacity: int) -> Block:
+    """Pad with zeros or cut the feature axes of every array of ``block`` to ``capacity`` columns.
+
+    Cutting is only valid for columns that are padding in every particle (SPEC 3.3 block layout).
+    """
+    changes = {}
+    for name, axes in block.FEATURE_AXES.items():
+        arr = getattr(block, name)
+        cut = tuple(slice(0, capacity) if a in axes else slice(None) for a in range(arr.ndim))
+        pad = [(0, max(capacity - arr.shape[a], 0)) if a in axes else (0, 0) for a in range(arr.ndim)]
+        changes[name] = np.pad(arr[cut], pad)
+    return dataclasses.replace(block, **changes)
+
+
+def sample_ibp_conditional(m: np.ndarray, i: int, alpha: float,
+                           rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+    """Draw row i (1-based) of Z given the counts m of rows 1..i-1, for many matrices at once.
+
+    Paper 001 Algorithm 1 / SPEC 3.3: z_ik ~ Bern(m_k / i) for the existing features and
+    K_new ~ Poisson(alpha / i). ``m`` is (L, Kc) (zero = padding); returns z (L, Kc) bool and
+    K_new (L,) int64.
+    """
+    z = rng.random(m.shape) * i < m
+    return z, rng.poisson(alpha / i, size=m.shape[0]).astype(np.int64)
+
+
+def new_feature_slots(k_before: np.ndarray, k_new: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Where the new features of each particle go: arrays (particle, column, j) with j < K_new.
+
+    New features of particle l take columns K_l .. K_l + K_new_l - 1 (order of appearance).
+    """
+    particle = np.repeat(np.arange(k_new.size), k_new)
+    j = np.arange(particle.size) - np.repeat(np.cumsum(k_new) - k_new, k_new)
+    return particle, k_before[particle] + j, j
+
+
+def propose_ibp_row(block: Block, alpha: float,
+                    rng: np.random.Generator) -> tuple[Block, tuple[np.ndarray, np.ndarray, np.ndarray]]:
+    """Append one row drawn from the IBP conditional to every particle (paper 001 Alg. 1).
+
+    The feature axes grow to the block-wide maximum K+ if needed (new entries of the model's
+    arrays are zero). Returns the new block and the slots of the new features
+    (``new_feature_slots``), which the model uses to initialise their parameters.
+    """
+    i = block.n_rows + 1
+    z, k_new = sample_ibp_conditional(block.m, i, alpha, rng)
+    k_before = block.n_features
+    need = int((k_before + k_new).max(initial=0))
+    grown = resize_features(block, max(need, block.m.shape[1]))
+    z = np.pad(z, [(0, 0), (0, grown.m.shape[1] - z.shape[1])])
+    slots = new_feature_slots(k_before, k_new)
+    z[slots[0], slots[1]] = True
+    Z = grown.Z.copy()
+    Z[:, i - 1] = z
+    return dataclasses.replace(grown, Z=Z, m=grown.m + z, n_rows=i), slots
+
+
+def sample_ibp(n_rows: int, alpha: float, rng: np.random.Generator, size: int = 1) -> IBPParticles:
+    """``size`` independent draws of an N-row matrix from the IBP, row by row (paper 001 Alg. 1)."""
+    block = init_ibp_particles(size, n_rows)
+    for _ in range(n_rows):
+        block, _ = propose_ibp_row(block, alpha, rng)
+    return block
+
+
+def harmonic_number(n: int) -> float:
+    """H_N = sum_{i=1}^N 1/i (paper 001 eq. 2)."""
+    return float(np.sum(1.0 / np.arange(1, n + 1)))
+
+
+def left_order(Z: np.ndarray) -> np.ndarray:
+    """Column indices of the non-zero columns of Z (N x K) in left-ordered form (paper 001 eq. 2).
+
+    Columns are sorted by their binary value read top to bottom (row 1 most significant),
+    largest first.
+    """
+    nonzero = np.flatnonzero(np.any(Z, axis=0))
+    packed = np.packbits(np.asarray(Z[:, nonzero], bool), axis=0)
+    return nonzero[np.lexsort(packed[::-1])[::-1]]
+
+
+def class_key(Z: np.ndarray) -> bytes:
+    """Canonical label of the IBP equivalence class of Z (N x K): equal iff same left-ordered form."""
+    return np.packbits(np.asarray(Z, bool)[:, left_order(Z)], axis=0).T.tobytes()
+
+
+def ibp_log_prob(Z: np.ndarray, alpha: float) -> float:
+    """log P([Z]) of the left-ordered class of Z (N x K), paper 001 eq. 2 (zero columns ignored).
+
+    alpha^K+ / prod_h K_h! exp(-alpha H_N) prod_k (N - m_k)! (m_k - 1)! / N!.
+    """
+    Zb = np.asarray(Z, bool)
+    Zb = Zb[:, np.any(Zb, axis=0)]
+    n, k_plus = Zb.shape
+    m = Zb.sum(axis=0)
+    _, multiplicity = np.unique(Zb, axis=1, return_counts=True)
+    return float(k_plus * np.log(alpha) - gammaln(multiplicity + 1).sum() - alpha * harmonic_number(n)
+                 + np.sum(gammaln(n - m + 1) + gammaln(m) - gammaln(n + 1)))
+
+
+def new_feature_log_prior(n_rows: int, alpha: float, max_new: int) -> np.ndarray:
+    """log Poisson(j; alpha / N) for j = 0..max_new: the prior on a row's new features (SPEC 3.4)."""
+    j = np.arange(max_new + 1)
+    rate = alpha / n_rows
+    return j * np.log(rate) - rate - gammaln(j + 1)
+
+
+def sample_categorical_log(log_p: np.ndarray, rng: np.random.Generator) -> int:
+    """Index drawn with probability proportional to exp(log_p) (a truncated posterior, SPEC 3.4)."""
+    p = np.exp(log_p - log_p.max())
+    return int(np.searchsorted(np.cumsum(p), rng.random() * p.sum(), side="right"))
+
+
+def sample_alpha(k_plus: int, n_rows: int, shape: float, rate: float, rng: np.random.Generator) -> float:
+    """alpha | Z ~ Gamma(shape + K+, rate + H_N), the conjugate update under eq. 2 (SPEC 3.4)."""
+    return float(rng.gamma(shape + k_plus, 1.0 / (rate + harmonic_number(n_rows))))
+
+
+def exact_class_posterior(n_rows: int, max_features: int, alpha: float,
+                          log_likelihood: Callable[[np.ndarray], float]) -> dict[bytes, float]:
+    """Exact posterior over IBP classes with K+ <= max_features, by enumeration (tiny N only).
+
+    P([Z] | X) is proportional to P([Z]) p(X | Z) (eq. 2 times a column-order-invariant
+    likelihood). Classes are multisets of non-zero column patterns; there are
+    C(2^N - 1 + K, K) of each size K, so this is for checking samplers on N <= 4.
+    """
+    patterns = ((np.arange(1, 2 ** n_rows)[None, :] >> np.arange(n_rows)[::-1, None]) & 1).astype(bool)
+    keys, logp = [], []
+    for k in range(max_features + 1):
+        for combo in itertools.combinations_with_replacement(range(patterns.shape[1]), k):
+            Z = patterns[:, list(combo)]
+            keys.append(class_key(Z))
+            logp.append(ibp_log_prob(Z, alpha) + log_likelihood(Z))
+    logp = np.asarray(logp)
+    return dict(zip(keys, np.exp(logp - logsumexp(logp))))

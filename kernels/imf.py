@@ -1,0 +1,483 @@
+"""IMF: variational infinite linear-Gaussian matrix factorisation (SPEC 3.1; paper 000, section 2).
+
+Model (SPEC 3.1): x_ij ~ N(z_i . a_j, 1/eta_X) for (i, j) in Omega, z_ik ~ Bern(pi_k) under the IBP
+limit with the paper's equivalence classes, a_kj ~ N(0, 1/eta_A), eta_X ~ Gamma(ax0, bx0),
+eta_A ~ Gamma(aa0, ba0) and alpha fixed or ~ Gamma(alpha_a0, alpha_b0) (shape, rate).
+
+The kernels follow the engine's split (SPEC 2):
+
+* ``row_step`` works on one row chunk given the broadcast column posteriors and returns the chunk's
+  new q(z) and its statistics (``chunk_stats``), a dict of float64 arrays that add up elementwise
+  over chunks;
+* ``column_update`` turns the summed statistics into the global posteriors (a small update);
+* ``evidence`` is L(q; K+) computed from the summed statistics and the globals only.
+
+State ``post`` (a dict of float64 arrays, K = K+ active features, D columns):
+``m`` (D, K) means of q(a_j); ``V`` (K, K) one covariance shared by all columns (no entry missing)
+or (D, K, K) one per column; ``t1``, ``t2`` (K,) of q(pi_k) = Beta(t1, t2); ``ax``, ``bx`` and
+``aa``, ``ba`` () shape and rate of q(eta_X) and q(eta_A); ``alpha_a``, ``alpha_b`` () of
+q(alpha) when alpha is learned.
+
+Statistics (``chunk_stats``): ``n_rows`` () rows, ``n_obs`` () observed entries, ``xx`` () sum of
+x_ij^2 over Omega, ``xz`` (D, K) sum_{i in Omega_j} x_ij nu_i, ``zz`` (K, K) sum_i E[z_i z_i^T]
+when the chunk has no mask or (D, K, K) sum_{i in Omega_j} E[z_i z_i^T] when it has one,
+``sum_nu`` (K,) sum_i nu_ik, ``entropy_z`` () the entropy of the chunk's q(Z).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from typing import Callable
+
+import numpy as np
+from scipy.special import digamma, expit, gammaln, xlogy
+
+Stats = dict[str, np.ndarray]
+Post = dict[str, np.ndarray]
+
+LOG_2PI = float(np.log(2.0 * np.pi))
+
+
+@dataclass(frozen=True)
+class Hyper:
+    """Hyper-parameters of IMF (SPEC 3.1): Gamma priors as (shape, rate), alpha fixed or learned.
+
+    ``alpha=None`` gives alpha the Gamma(alpha_a0, alpha_b0) hyperprior and a variational q(alpha).
+    """
+
+    ax0: float = 1.0
+    bx0: float = 1.0
+    aa0: float = 1.0
+    ba0: float = 1.0
+    alpha: float | None = 1.0
+    alpha_a0: float = 1.0
+    alpha_b0: float = 1.0
+
+
+# ----------------------------------------------------------------------------- expectations
+
+
+def beta_log_means(t1: np.ndarray, t2: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """E ln pi and E ln(1 - pi) under Beta(t1, t2) (SPEC 3.1, q(pi_k))."""
+    total = digamma(t1 + t2)
+    return digamma(t1) - total, digamma(t2) - total
+
+
+def gamma_means(shape: np.ndarray, rate: np.ndarray) -> tuple[float, float]:
+    """E[eta] and E[ln eta] under Gamma(shape, rate) (SPEC 3.1, q(eta_X), q(eta_A))."""
+    return float(shape / rate), float(digamma(shape) - np.log(rate))
+
+
+def gamma_kl_terms(shape: np.ndarray, rate: np.ndarray, shape0: float, rate0: float) -> float:
+    """E_q ln Gamma(eta; shape0, rate0) + entropy of q = Gamma(shape, rate): -KL(q || prior)."""
+    mean, log_mean = gamma_means(shape, rate)
+    expected_log_prior = shape0 * np.log(rate0) - gammaln(shape0) + (shape0 - 1.0) * log_mean - rate0 * mean
+    entropy = shape - np.log(rate) + gammaln(shape) + (1.0 - shape) * digamma(shape)
+    return float(expected_log_prior + entropy)
+
+
+def harmonic(n: float) -> float:
+    """The N-th harmonic number H_N of the IBP's all-zero columns (SPEC 3.1: -alpha H_N)."""
+    return float(digamma(n + 1.0) + np.euler_gamma)
+
+
+def second_moments(post: Post) -> np.ndarray:
+    """Lambda^j = V_j + m_j m_j^T for every column, shape (D, K, K) (SPEC 3.1)."""
+    m = post["m"]
+    return post["V"] + m[:, :, None] * m[:, None, :]
+
+
+def column_total(a: np.ndarray, n_columns: int) -> np.ndarray:
+    """sum_j A_j of a per-column (D, K, K) array, or D * A for one shared (K, K) array."""
+    return a.sum(axis=0) if a.ndim == 3 else n_columns * a
+
+
+def lambda_total(post: Post) -> np.ndarray:
+    """sum_j Lambda^j (K, K) without forming the per-column array (SPEC 3.1)."""
+    m = post["m"]
+    return column_total(post["V"], m.shape[0]) + m.T @ m
+
+
+# ----------------------------------------------------------------------------- row step
+
+
+def row_terms(x: np.ndarray, mask: np.ndarray | None, post: Post) -> tuple[np.ndarray, np.ndarray]:
+    """Per-row pieces of the q(z) logit (SPEC 3.1): b_ik = sum_{j in Omega_i} x_ij m_jk and
+    G_i = sum_{j in Omega_i} Lambda^j, one shared (K, K) G when the chunk has no mask, else (n, K, K).
+    """
+    m = post["m"]
+    if mask is None:
+        return x @ m, lambda_total(post)
+    k = m.shape[1]
+    observed = mask.astype(np.float64)
+    g = observed @ second_moments(post).reshape(m.shape[0], k * k)
+    return np.where(mask, x, 0.0) @ m, g.reshape(-1, k, k)
+
+
+def sweep_rows(nu: np.ndarray, b: np.ndarray, g: np.ndarray, prior_logit: np.ndarray,
+               eta_x: float) -> np.ndarray:
+    """One coordinate-ascent sweep over k of q(z_ik), vectorised over rows (SPEC 3.1 logit formula):
+    logit nu_ik = E ln pi_k - E ln(1-pi_k) - (E eta_X / 2)(G_kk - 2 b_ik + 2 sum_{r != k} nu_ir G_rk).
+    """
+    nu = nu.copy()
+    for k in range(nu.shape[1]):
+        g_k = g[..., :, k]
+        cross = np.sum(nu * g_k, axis=-1) - nu[:, k] * g_k[..., k]
+        logit = prior_logit[k] - 0.5 * eta_x * (g_k[..., k] - 2.0 * b[:, k] + 2.0 * cross)
+        nu[:, k] = expit(logit)
+    return nu
+
+
+def chunk_stats(x: np.ndarray, mask: np.ndarray | None, nu: np.ndarray) -> Stats:
+    """The chunk's additive sufficient statistics for q(A), q(pi), q(eta_X) and L (SPEC 3.1).
+
+    E[z_i z_i^T] has nu_ir nu_ik off the diagonal and nu_ik on it. Keys and shapes: module docstring.
+    """
+    n, k = nu.shape
+    variance = nu - nu * nu
+    if mask is None:
+        xo, n_obs = x, x.size
+        zz = nu.T @ nu + np.diag(variance.sum(axis=0))
+    else:
+        observed = mask.astype(np.float64)
+        xo, n_obs = np.where(mask, x, 0.0), observed.sum()
+        outer = (nu[:, :, None] * nu[:, None, :]).reshape(n, k * k)
+        zz = (observed.T @ outer).reshape(-1, k, k)
+        diag = np.arange(k)
+        zz[:, diag, diag] += observed.T @ variance
+    entropy = -np.sum(xlogy(nu, nu) + xlogy(1.0 - nu, 1.0 - nu))
+    return {
+        "n_rows": np.float64(n),
+        "n_obs": np.float64(n_obs),
+        "xx": np.float64(np.sum(xo * xo)),
+        "xz": xo.T @ nu,
+        "zz": zz,
+        "sum_nu": nu.sum(axis=0),
+        "entropy_z": np.float64(entropy),
+    }
+
+
+def row_step(x: np.ndarray, mask: np.ndarray | None, nu: np.ndarray, post: Post,
+             n_sweeps: int = 1) -> tuple[np.ndarray, Stats]:
+    """Update q(z_i) of every row of a chunk given the column posteriors (SPEC 3.1, paper eq. 8),
+    then return the new nu (n, K) and the chunk's statistics (``chunk_stats``).
+    """
+    b, g = row_terms(x, mask, post)
+    log_pi, log_1mpi = beta_log_means(post["t1"], post["t2"])
+    eta_x, _ = gamma_means(post["ax"], post["bx"])
+    for _ in range(n_sweeps):
+        nu = sweep_rows(nu, b, g, log_pi - log_1mpi, eta_x)
+    return nu, chunk_stats(x, mask, nu)
+
+
+# ----------------------------------------------------------------------------- column update
+
+
+def update_pi(stats: Stats, post: Post, hyper: Hyper) -> Post:
+    """q(pi_k) = Beta(sum_i nu_ik, N - sum_i nu_ik + 1) (SPEC 3.1, paper eq. 7)."""
+    return {**post, "t1": stats["sum_nu"].copy(), "t2": stats["n_rows"] - stats["sum_nu"] + 1.0}
+
+
+def gaussian_columns(prior_precision: np.ndarray, prior_shift: np.ndarray | float, stats: Stats,
+                     eta_x: float) -> tuple[np.ndarray, np.ndarray]:
+    """q(a_j) = N(m_j, V_j) with precision P_j = prior_precision_j + E[eta_X] sum_{Omega_j} E[z z^T]
+    and m_j = V_j (prior_shift_j + E[eta_X] sum_{Omega_j} x_ij nu_i) (SPEC 3.1 q(a_j), 3.2 q(a_j)).
+
+    Shapes broadcast: a (K, K) precision gives one shared V, a (D, K, K) one gives one per column.
+    """
+    precision = prior_precision + eta_x * stats["zz"]
+    v = np.linalg.inv(precision)
+    v = 0.5 * (v + np.swapaxes(v, -1, -2))
+    shift = prior_shift + eta_x * stats["xz"]
+    m = shift @ v if v.ndim == 2 else np.einsum("dkl,dl->dk", v, shift)
+    return m, v
+
+
+def update_a(stats: Stats, post: Post, hyper: Hyper) -> Post:
+    """IMF q(a_j) with the Gaussian prior N(0, I / E[eta_A]) (SPEC 3.1, paper eqs. 9-11)."""
+    eta_a, _ = gamma_means(post["aa"], post["ba"])
+    k = stats["sum_nu"].shape[0]
+    m, v = gaussian_columns(eta_a * np.eye(k), 0.0, stats, gamma_means(post["ax"], post["bx"])[0])
+    return {**post, "m": m, "V": v}
+
+
+def zz_dot_lambda(zz: np.ndarray, post: Post) -> float:
+    """sum_j sum_{r,k} (sum_{i in Omega_j} E[z_ir z_ik]) Lambda^j_rk for shared or per-column zz, V."""
+    m, v = post["m"], post["V"]
+    if v.ndim == 2:
+        covariance = np.sum(column_total(zz, m.shape[0]) * v)
+    else:
+        covariance = np.sum(zz * v) if zz.ndim == 3 else np.sum(zz * v.sum(axis=0))
+    mean = np.sum((m @ zz) * m) if zz.ndim == 2 else np.einsum("dk,dkl,dl->", m, zz, m)
+    return float(covariance + mean)
+
+
+def expected_sq_error(stats: Stats, post: Post) -> float:
+    """sum_Omega E[(x_ij - z_i a_j)^2] = sum x^2 - 2 x nu_i.m_j + sum_rk E[z_ir z_ik] Lambda^j_rk
+    (SPEC 3.1, the corrected eta_X rate)."""
+    return float(stats["xx"] - 2.0 * np.sum(stats["xz"] * post["m"]) + zz_dot_lambda(stats["zz"], post))
+
+
+def update_eta_x(stats: Stats, post: Post, hyper: Hyper) -> Post:
+    """q(eta_X) = Gamma(ax0 + |Omega|/2, bx0 + sum_Omega E[(x - z a)^2] / 2) (SPEC 3.1)."""
+    return {**post, "ax": np.float64(hyper.ax0 + 0.5 * stats["n_obs"]),
+            "bx": np.float64(hyper.bx0 + 0.5 * expected_sq_error(stats, post))}
+
+
+def update_eta_a(stats: Stats, post: Post, hyper: Hyper) -> Post:
+    """q(eta_A) = Gamma(aa0 + K+ D / 2, ba0 + sum_j trace(Lambda^j) / 2) (SPEC 3.1)."""
+    d, k = post["m"].shape
+    return {**post, "aa": np.float64(hyper.aa0 + 0.5 * k * d),
+            "ba": np.float64(hyper.ba0 + 0.5 * np.trace(lambda_total(post)))}
+
+
+def update_alpha(stats: Stats, post: Post, hyper: Hyper) -> Post:
+    """q(alpha) = Gamma(alpha_a0 + K+, alpha_b0 + H_N) when alpha is learned (SPEC 3.1: alpha enters L
+    only through K+ ln alpha - alpha H_N); a fixed alpha leaves ``post`` unchanged."""
+    if hyper.alpha is not None:
+        return post
+    return {**post, "alpha_a": np.float64(hyper.alpha_a0 + post["m"].shape[1]),
+            "alpha_b": np.float64(hyper.alpha_b0 + harmonic(float(stats["n_rows"])))}
+
+
+ColumnStep = Callable[[Stats, Post, Hyper], Post]
+
+
+def column_update(stats: Stats, hyper: Hyper, post: Post, a_update: ColumnStep = update_a) -> Post:
+    """The global step (SPEC 3.1, paper Algorithm 1): q(pi), q(A), q(eta_X), q(eta_A), q(alpha) in
+    turn from the summed statistics, each a coordinate-ascent step on L. ``post`` supplies the current
+    q(eta) for the q(A) step; ``a_update`` is the q(A) step (IMF here, EP for INMF)."""
+    for step in (update_pi, a_update, update_eta_x, update_eta_a, update_alpha):
+        post = step(stats, post, hyper)
+    return post
+
+
+# ----------------------------------------------------------------------------- evidence
+
+
+def expected_log_lik(stats: Stats, post: Post) -> float:
+    """E_q ln p(X | Z, A, eta_X) over Omega (paper appendix T1, with q(eta_X))."""
+    eta_x, log_eta_x = gamma_means(post["ax"], post["bx"])
+    return float(0.5 * stats["n_obs"] * (log_eta_x - LOG_2PI) - 0.5 * eta_x * expected_sq_error(stats, post))
+
+
+def gaussian_prior_a(stats: Stats, post: Post, hyper: Hyper) -> float:
+    """E_q ln p(A+ | eta_A) for a_kj ~ N(0, 1/eta_A) (paper appendix T2, with q(eta_A))."""
+    d, k = post["m"].shape
+    eta_a, log_eta_a = gamma_means(post["aa"], post["ba"])
+    return float(0.5 * k * d * (log_eta_a - LOG_2PI) - 0.5 * eta_a * np.trace(lambda_total(post)))
+
+
+def ibp_terms(stats: Stats, post: Post, hyper: Hyper) -> float:
+    """E_q ln of the IBP equivalence-class prior of (Z+, pi+) (SPEC 3.1, paper eqs. 5-6, T3).
+
+    Finite form used (K -> infinity limit of C_K^{K+} prod_k p(z_k, pi_k) prod p(z_k = 0)):
+    ln p(Z+, pi+ | alpha) = sum_{k<=K+} [ (m_k - 1) ln pi_k + (N - m_k) ln(1 - pi_k) + ln(alpha / k) ]
+    - alpha H_N, with m_k = sum_i z_ik; the pi_k^{-1} factor is the Beta(alpha/K, 1) limit and is
+    left unnormalised. The alpha-dependent part is in ``alpha_terms``.
+    """
+    log_pi, log_1mpi = beta_log_means(post["t1"], post["t2"])
+    m_k = stats["sum_nu"]
+    return float(np.sum((m_k - 1.0) * log_pi + (stats["n_rows"] - m_k) * log_1mpi))
+
+
+def alpha_terms(stats: Stats, post: Post, hyper: Hyper) -> float:
+    """sum_{k<=K+} ln(alpha / k) - alpha H_N, under q(alpha) with -KL(q(alpha) || p(alpha)) when alpha
+    is learned (SPEC 3.1: K+ ln alpha - ln K+! - alpha H_N)."""
+    k = post["m"].shape[1]
+    h_n = harmonic(float(stats["n_rows"]))
+    if hyper.alpha is not None:
+        return float(k * np.log(hyper.alpha) - gammaln(k + 1.0) - hyper.alpha * h_n)
+    mean, log_mean = gamma_means(post["alpha_a"], post["alpha_b"])
+    kl = gamma_kl_terms(post["alpha_a"], post["alpha_b"], hyper.alpha_a0, hyper.alpha_b0)
+    return float(k * log_mean - gammaln(k + 1.0) - mean * h_n + kl)
+
+
+def beta_entropy(t1: np.ndarray, t2: np.ndarray) -> float:
+    """sum_k of the entropy of q(pi_k) = Beta(t1_k, t2_k) (paper appendix H3)."""
+    log_b = gammaln(t1) + gammaln(t2) - gammaln(t1 + t2)
+    return float(np.sum(log_b - (t1 - 1.0) * digamma(t1) - (t2 - 1.0) * digamma(t2)
+                        + (t1 + t2 - 2.0) * digamma(t1 + t2)))
+
+
+def gaussian_entropy(post: Post) -> float:
+    """sum_j entropy of q(a_j) = N(m_j, V_j) (paper appendix H1)."""
+    d, k = post["m"].shape
+    _, logdet = np.linalg.slogdet(post["V"])
+    total_logdet = np.sum(logdet) if post["V"].ndim == 3 else d * logdet
+    return float(0.5 * total_logdet + 0.5 * d * k * (1.0 + LOG_2PI))
+
+
+PriorTerm = Callable[[Stats, Post, Hyper], float]
+
+
+def evidence_terms(stats: Stats, post: Post, hyper: Hyper,
+                   prior_a: PriorTerm = gaussian_prior_a) -> dict[str, float]:
+    """The named terms of L(q; K+) (SPEC 3.1, paper appendix made complete). Only ``stats`` depends on
+    the rows, so L is exact at any point of the alternation; ``prior_a`` is the E ln p(A) term
+    (the Gaussian prior here, the EP sites for INMF)."""
+    return {
+        "loglik": expected_log_lik(stats, post),
+        "prior_a": prior_a(stats, post, hyper),
+        "ibp": ibp_terms(stats, post, hyper),
+        "alpha": alpha_terms(stats, post, hyper),
+        "entropy_z": float(stats["entropy_z"]),
+        "entropy_pi": beta_entropy(post["t1"], post["t2"]),
+        "entropy_a": gaussian_entropy(post),
+        "eta_x": gamma_kl_terms(post["ax"], post["bx"], hyper.ax0, hyper.bx0),
+        "eta_a": gamma_kl_terms(post["aa"], post["ba"], hyper.aa0, hyper.ba0),
+    }
+
+
+def evidence(stats: Stats, post: Post, hyper: Hyper) -> float:
+    """L(q; K+) of IMF: the sum of ``evidence_terms`` (SPEC 3.1)."""
+    return float(sum(evidence_terms(stats, post, hyper).values()))
+
+
+# ----------------------------------------------------------------------------- K+ growth and pruning
+
+
+def residual(x: np.ndarray, mask: np.ndarray | None, nu: np.ndarray, m: np.ndarray) -> np.ndarray:
+    """R = X - E[Z] E[A] on the observed entries, 0 where missing (SPEC 3.1, choosing K+)."""
+    r = x - nu @ m.T
+    return r if mask is None else np.where(mask, r, 0.0)
+
+
+def leading_direction(gram: np.ndarray) -> np.ndarray:
+    """Leading right singular vector of R from its Gram matrix R^T R (summed over chunks), (D,)."""
+    _, vectors = np.linalg.eigh(gram)
+    return vectors[:, -1]
+
+
+def orient_and_split(p: np.ndarray, n_iter: int = 20) -> tuple[float, float]:
+    """Sign and threshold that turn the projections p_i = r_i . v into a binary feature (SPEC 3.1).
+
+    p_i is about z_i c for the new feature's z_i in {0, 1}: the sign makes c > 0 (mean of p), the
+    threshold is the 1-D two-means split of sign * p.
+    """
+    sign = 1.0 if p.sum() >= 0.0 else -1.0
+    q = sign * p
+    threshold = 0.5 * (q.min() + q.max())
+    for _ in range(n_iter):
+        high, low = q[q > threshold], q[q <= threshold]
+        if high.size == 0 or low.size == 0:
+            break
+        threshold = 0.5 * (high.mean() + low.mean())
+    return sign, float(threshold)
+
+
+def new_feature_column(p: np.ndarray, sign: float, threshold: float, soft: float = 0.1) -> np.ndarray:
+    """q(z_i,new) initialised from the residual projection: 1 - soft above the split, soft below."""
+    return np.where(sign * p > threshold, 1.0 - soft, soft)
+
+
+def keep_features(sum_nu: np.ndarray, threshold: float) -> np.ndarray:
+    """Boolean (K,) of features to keep: sum_i nu_ik at or above the pruning threshold (SPEC 3.1)."""
+    return sum_nu >= threshold
+
+
+FEATURE_AXES: dict[str, tuple[int, ...]] = {"m": (1,), "V": (-2, -1), "t1": (0,), "t2": (0,)}
+
+
+def select_features(post: Post, keep: np.ndarray, axes: dict[str, tuple[int, ...]] = FEATURE_AXES) -> Post:
+    """``post`` restricted to the kept features along each per-feature axis (SPEC 3.1 pruning)."""
+    out = dict(post)
+    for key, key_axes in axes.items():
+        for axis in key_axes:
+            out[key] = np.compress(keep, out[key], axis=axis)
+    return out
+
+
+# ----------------------------------------------------------------------------- in-memory driver
+
+
+def initial_post(stats: Stats, hyper: Hyper) -> Post:
+    """The K+ = 0 state: no features, q(eta_A) at its prior, q(eta_X) fitted to X alone (SPEC 3.1).
+
+    ``stats`` are those of a (N, 0) nu; V is per-column when the statistics are (a mask exists).
+    """
+    d = stats["xz"].shape[0]
+    shared = stats["zz"].ndim == 2
+    empty = {"m": np.zeros((d, 0)), "V": np.zeros((0, 0) if shared else (d, 0, 0)),
+             "t1": np.zeros(0), "t2": np.zeros(0), "aa": np.float64(hyper.aa0), "ba": np.float64(hyper.ba0)}
+    return update_alpha(stats, update_eta_x(stats, empty, hyper), hyper)
+
+
+def keep_post(post: Post, hyper: Hyper) -> Post:
+    """IMF adds no per-feature state before ``column_update`` when K+ grows: ``post`` as it is."""
+    return post
+
+
+@dataclass(frozen=True)
+class Model:
+    """The model-specific pieces of the alternation, so one driver serves IMF and INMF (SPEC 3.1-3.2)."""
+
+    column_update: Callable[[Stats, Hyper, Post], Post] = column_update
+    evidence: Callable[[Stats, Post, Hyper], float] = evidence
+    initial_post: Callable[[Stats, Hyper], Post] = initial_post
+    add_feature: Callable[[Post, Hyper], Post] = keep_post
+    feature_axes: dict[str, tuple[int, ...]] = field(default_factory=lambda: FEATURE_AXES)
+
+
+IMF = Model()
+
+
+@dataclass
+class Fit:
+    """Result of ``fit_in_memory``: the best state and the evidence after each growth attempt."""
+
+    nu: np.ndarray
+    post: Post
+    evidence: float
+    history: list[tuple[int, float]]
+
+
+def grow(x: np.ndarray, mask: np.ndarray | None, nu: np.ndarray, post: Post) -> np.ndarray:
+    """nu with one more column initialised from the residual's leading singular direction (SPEC 3.1)."""
+    r = residual(x, mask, nu, post["m"])
+    rc = r - r.mean(0)
+    p = r @ leading_direction(rc.T @ rc)
+    sign, threshold = orient_and_split(p)
+    return np.column_stack([nu, new_feature_column(p, sign, threshold)])
+
+
+def converge(x: np.ndarray, mask: np.ndarray | None, nu: np.ndarray, post: Post, hyper: Hyper,
+             model: Model, tol: float, max_iter: int, prune_below: float) -> tuple[np.ndarray, Post, float]:
+    """Alternate ``column_update`` and ``row_step`` on one chunk (the whole matrix) until the relative
+    change of L is below ``tol``, pruning features with sum_i nu_ik < ``prune_below`` (SPEC 3.1)."""
+    stats = chunk_stats(x, mask, nu)
+    previous = -np.inf
+    for _ in range(max_iter):
+        post = model.column_update(stats, hyper, post)
+        nu, stats = row_step(x, mask, nu, post)
+        keep = keep_features(stats["sum_nu"], prune_below)
+        if not keep.all():
+            nu, post = nu[:, keep], select_features(post, keep, model.feature_axes)
+            stats, previous = chunk_stats(x, mask, nu), -np.inf
+            continue
+        current = model.evidence(stats, post, hyper)
+        if abs(current - previous) <= tol * abs(current):
+            break
+        previous = current
+    return nu, post, model.evidence(stats, post, hyper)
+
+
+def fit_in_memory(x: np.ndarray, mask: np.ndarray | None = None, k_max: int = 10, hyper: Hyper = Hyper(),
+                  model: Model = IMF, tol: float = 1e-7, max_iter: int = 1000, patience: int = 1,
+                  prune_below: float = 0.5) -> Fit:
+    """Reference driver (SPEC 3.1 "Choosing K+"): start at K+ = 0, add one residual-initialised feature,
+    converge, and keep growing until L has failed to improve ``patience`` times in a row or K+ reaches
+    ``k_max``; return the state with the best L. ``history`` holds (K+, L) after every attempt."""
+    nu = np.zeros((x.shape[0], 0))
+    post = model.initial_post(chunk_stats(x, mask, nu), hyper)
+    best = Fit(nu, post, -np.inf, [])
+    failures = 0
+    while nu.shape[1] < k_max and failures < patience:
+        nu = grow(x, mask, nu, post)
+        post = model.add_feature(post, hyper)
+        nu, post, value = converge(x, mask, nu, post, hyper, model, tol, max_iter, prune_below)
+        best.history.append((nu.shape[1], value))
+        failures = 0 if value > best.evidence else failures + 1
+        if value > best.evidence:
+            best = replace(best, nu=nu, post=post, evidence=value)
+    return best
