@@ -1,0 +1,228 @@
+"""The ``buffet`` command line (issue 2 CLI contract).
+
+User errors (bad input, bad arguments, unusable stores) end with one line on stderr and a
+non-zero exit status, without a traceback; anything else is a bug and keeps its traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import dataclasses
+import json
+import sys
+from pathlib import Path
+from typing import Iterator, Sequence
+
+import numpy as np
+
+from buffet.data.errors import UserError
+from buffet.pipeline import bnmf_outputs  # noqa: F401  (registers the bnmf model)
+from buffet.pipeline.executors import DaskExecutor, Executor
+from buffet.pipeline.runs import MODELS, config_from, fit_run, resume_run, spec_for
+from buffet.pipeline.runstore import RunStore
+
+FLAG_ALIASES = {"n_topics": ["--k"]}
+INGEST_FORMATS = ("uci", "ldac", "mtx", "ratings", "dense-ratings", "pairs")
+
+
+def _cluster_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--workers", type=int, default=None, help="LocalCluster worker processes (default: one per core)")
+    p.add_argument("--scheduler", default=None, help="address of an existing Dask scheduler to use instead")
+    p.add_argument("--quiet", action="store_true", help="no progress lines")
+
+
+def _config_args(p: argparse.ArgumentParser, config_cls: type) -> None:
+    """One option per config field, typed by its default (``--n-topics`` for ``n_topics``)."""
+    for f in dataclasses.fields(config_cls):
+        default = f.default
+        kind = type(default) if default is not None else (float if f.name in ("c0", "a0", "b0") else str)
+        flags = [f"--{f.name.replace('_', '-')}", *FLAG_ALIASES.get(f.name, [])]
+        p.add_argument(*flags, dest=f"cfg_{f.name}", type=kind, default=None,
+                       help=f"(default: {default})")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="buffet", description="Bayesian matrix factorization on Dask")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    p = sub.add_parser("ingest", help="store a data file as a chunked Zarr dataset")
+    p.add_argument("format", choices=INGEST_FORMATS)
+    p.add_argument("sources", nargs="+", help="data file (then vocabulary file for uci/ldac)")
+    p.add_argument("--out", required=True)
+    p.add_argument("--holdout", type=float, default=None, help="fraction held out as the 'heldout' split")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--rows-per-chunk", type=int, default=None)
+    p.add_argument("--transpose", action="store_true", help="pairs: make the second id the rows")
+    p.add_argument("--sentinel", type=float, default=None, help="dense-ratings: value meaning 'unrated'")
+    p.add_argument("--kind", default=None, help="mtx: real, binary or counts")
+    p.add_argument("--overwrite", action="store_true")
+
+    p = sub.add_parser("info", help="describe a dataset store")
+    p.add_argument("store")
+
+    p = sub.add_parser("fit", help="fit a model to a dataset store")
+    models = p.add_subparsers(dest="model", required=True)
+    for name, spec in sorted(MODELS.items()):
+        m = models.add_parser(name, help=f"fit {name}")
+        m.add_argument("store")
+        m.add_argument("--out", required=True, help="run folder to create")
+        m.add_argument("--overwrite", action="store_true", help="replace an existing run folder")
+        m.add_argument("--stop-after", type=int, default=None,
+                       help="stop after this many steps, leaving a run that `buffet resume` continues")
+        _config_args(m, spec.config_cls)
+        _cluster_args(m)
+
+    p = sub.add_parser("resume", help="continue an interrupted run from its last checkpoint")
+    p.add_argument("run")
+    _cluster_args(p)
+
+    p = sub.add_parser("evaluate", help="held-out metrics of a run")
+    p.add_argument("run")
+    p.add_argument("--json", action="store_true", help="print JSON on stdout")
+    _cluster_args(p)
+
+    p = sub.add_parser("export", help="write fitted global parameters and the trace to .npz")
+    p.add_argument("run")
+    p.add_argument("--out", required=True)
+
+    p = sub.add_parser("report", help="PNG plots and a summary of a run")
+    p.add_argument("run")
+    p.add_argument("--out", required=True)
+
+    p = sub.add_parser("demo", help="the main job: ingest a real corpus, fit Bayesian NMF, report")
+    p.add_argument("--out", default="buffet-demo", help="folder for the dataset, run and report")
+    p.add_argument("--k", type=int, default=20)
+    p.add_argument("--passes", type=int, default=3)
+    p.add_argument("--overwrite", action="store_true")
+    _cluster_args(p)
+
+    p = sub.add_parser("generate", help="write a synthetic LDA-shaped corpus as a UCI docword file")
+    p.add_argument("--docs", type=int, required=True)
+    p.add_argument("--words", type=int, default=8000)
+    p.add_argument("--topics", type=int, default=100)
+    p.add_argument("--length", type=float, default=300.0, help="mean tokens per document")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--out", required=True, help="docword file (.txt or .txt.gz)")
+    p.add_argument("--vocab", default=None, help="also write a vocabulary file here")
+    return parser
+
+
+@contextlib.contextmanager
+def executor_for(args: argparse.Namespace) -> Iterator[Executor]:
+    from buffet.pipeline.cluster import dask_client
+
+    with dask_client(args.workers, args.scheduler, quiet=args.quiet) as client:
+        yield DaskExecutor(client)
+
+
+def _config(args: argparse.Namespace):
+    spec = spec_for(args.model)
+    given = {k[4:]: v for k, v in vars(args).items() if k.startswith("cfg_") and v is not None}
+    config = config_from(spec, given)
+    config.check()
+    return config
+
+
+def cmd_fit(args: argparse.Namespace) -> None:
+    config = _config(args)
+    with executor_for(args) as ex:
+        run = fit_run(args.model, args.store, args.out, config, ex, args.overwrite, args.stop_after, args.quiet)
+    print(f"run {run.path}: {run.status}")
+    _print_topics(run)
+
+
+def _print_topics(run: RunStore) -> None:
+    if run.model == "bnmf" and run.has_checkpoint():
+        arrays, _, _ = run.load_checkpoint()
+        mass = bnmf_outputs.topic_mass(arrays["g"], arrays["h"])
+        words = bnmf_outputs.top_words(arrays["g"], arrays["h"], bnmf_outputs._vocab(run))
+        for k in np.argsort(-mass)[:20]:
+            print(f"topic {k:3d}: {' '.join(words[k])}")
+
+
+def cmd_resume(args: argparse.Namespace) -> None:
+    with executor_for(args) as ex:
+        run = resume_run(args.run, ex, args.quiet)
+    print(f"run {run.path}: {run.status}")
+
+
+def cmd_evaluate(args: argparse.Namespace) -> None:
+    run = RunStore(args.run)
+    with executor_for(args) as ex:
+        result = spec_for(run.model).evaluate(run, ex)
+    if args.json:
+        print(json.dumps(result))
+    else:
+        for key, value in result.items():
+            print(f"{key}: {value}")
+
+
+def cmd_export(args: argparse.Namespace) -> None:
+    run = RunStore(args.run)
+    arrays = spec_for(run.model).export(run)
+    out = Path(args.out)
+    tmp = out.with_name(f".{out.stem}.tmp.npz")
+    np.savez(tmp, **arrays)
+    tmp.replace(out)
+    print(f"wrote {out} ({', '.join(sorted(arrays))})")
+
+
+def cmd_report(args: argparse.Namespace) -> None:
+    run = RunStore(args.run)
+    files = spec_for(run.model).report(run, Path(args.out))
+    print("\n".join(str(f) for f in files))
+
+
+def cmd_info(args: argparse.Namespace) -> None:
+    from buffet.data.store import Dataset
+
+    print(json.dumps(Dataset(args.store).describe(), indent=1))
+
+
+def cmd_ingest(args: argparse.Namespace) -> None:
+    from buffet.data.ingest_text import ingest
+
+    options = {k: v for k, v in (("holdout", args.holdout), ("seed", args.seed),
+                                 ("rows_per_chunk", args.rows_per_chunk), ("transpose", args.transpose or None),
+                                 ("sentinel", args.sentinel), ("kind", args.kind),
+                                 ("overwrite", args.overwrite or None)) if v is not None}
+    ds = ingest(args.format, args.sources, args.out, **options)
+    print(json.dumps(ds.describe(), indent=1))
+
+
+def cmd_demo(args: argparse.Namespace) -> None:
+    from buffet.pipeline.demo import run_demo
+
+    with executor_for(args) as ex:
+        run_demo(Path(args.out), args.k, args.passes, ex, args.overwrite, args.quiet)
+
+
+def cmd_generate(args: argparse.Namespace) -> None:
+    from buffet.data.synthetic import write_uci_corpus
+
+    info = write_uci_corpus(args.out, args.docs, args.words, args.topics, args.length, seed=args.seed,
+                            vocab_path=args.vocab)
+    print(json.dumps(info))
+
+
+COMMANDS = {"fit": cmd_fit, "resume": cmd_resume, "evaluate": cmd_evaluate, "export": cmd_export,
+            "report": cmd_report, "info": cmd_info, "ingest": cmd_ingest, "demo": cmd_demo,
+            "generate": cmd_generate}
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        COMMANDS[args.command](args)
+    except UserError as exc:
+        print(f"buffet: error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("buffet: interrupted; `buffet resume RUN` continues from the last checkpoint", file=sys.stderr)
+        return 130
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
