@@ -125,7 +125,11 @@ def _config(args: argparse.Namespace):
 
 
 def cmd_fit(args: argparse.Namespace) -> None:
+    from buffet.data.store import Dataset
+
     config = _config(args)
+    Dataset(args.store)  # a missing or corrupt store fails here, before a cluster starts
+    RunStore.check_new(Path(args.out), args.overwrite)
     with executor_for(args) as ex:
         run = fit_run(args.model, args.store, args.out, config, ex, args.overwrite, args.stop_after, args.quiet)
     print(f"run {run.path}: {run.status}")

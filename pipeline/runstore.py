@@ -61,17 +61,23 @@ class RunStore:
                overwrite: bool = False) -> "RunStore":
         """A new run folder; an existing run is kept unless ``overwrite`` (then replaced whole)."""
         path = Path(path)
+        cls.check_new(path, overwrite)
         if path.exists():
-            if not overwrite:
-                raise UserError(f"{path} already exists (pass --overwrite to replace it, or `buffet resume`)")
-            if not (path / "run.json").exists():
-                raise UserError(f"{path} exists and is not a buffet run; refusing to replace it")
             shutil.rmtree(path)
         path.mkdir(parents=True)
         _write_json_atomic(path / "run.json", {"buffet_run": RUN_FORMAT, "model": model,
                                                "dataset": dataset, "params": params,
                                                "status": "running"})
         return cls(path)
+
+    @staticmethod
+    def check_new(path: Path, overwrite: bool) -> None:
+        """Refuse to create a run where one exists (unless ``overwrite``) or where other files are."""
+        if path.exists():
+            if not overwrite:
+                raise UserError(f"{path} already exists (pass --overwrite to replace it, or `buffet resume`)")
+            if not (path / "run.json").exists():
+                raise UserError(f"{path} exists and is not a buffet run; refusing to replace it")
 
     @property
     def model(self) -> str:
