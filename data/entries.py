@@ -19,6 +19,12 @@ MAX_INDEX = (1 << 31) - 1  # stored column indices are int32
 Describe = Callable[[int, int], str]  # (row, column), 0-based -> words naming the entry
 
 
+def check_dimension(value: int, name: str, path: PathLike, line: int) -> None:
+    """A matrix dimension from a header must be at least 1 and fit the stored indices."""
+    if not 1 <= value <= MAX_INDEX:
+        raise InputError(at(path, line, f"{name} = {value}; it must be between 1 and {MAX_INDEX}"))
+
+
 def check_range(ids: np.ndarray, lo: int, hi: int, lines: np.ndarray, path: PathLike, name: str,
                 context: str = "") -> None:
     """Every id must lie in ``lo..hi``; otherwise an error naming the first line at fault."""
@@ -31,6 +37,8 @@ def check_range(ids: np.ndarray, lo: int, hi: int, lines: np.ndarray, path: Path
 def check_kind_values(kind: str, values: np.ndarray, lines: np.ndarray, path: PathLike,
                       observed: np.ndarray | None = None) -> None:
     """Values (one row per line) must suit ``kind``; entries not ``observed`` are ignored."""
+    if len(lines) == 0:
+        return
     values = values.reshape(len(lines), -1)
     found = first_invalid(kind, values if observed is None else np.where(observed, values, 0.0))
     if found is not None:
@@ -69,10 +77,12 @@ class EntryCount:
     """Checks that a file holds exactly the number of entries its header announced."""
 
     def __init__(self, expected: int, path: PathLike, header_line: int, name: str):
+        """``expected`` entries, announced as ``name`` on ``header_line`` of ``path``."""
         self.expected, self.path, self.header_line, self.name = expected, path, header_line, name
         self.seen = 0
 
     def add(self, lines: np.ndarray) -> None:
+        """Count the entries on ``lines``; one past the announced number is an error naming its line."""
         if self.seen + len(lines) > self.expected:
             extra = int(lines[self.expected - self.seen])
             raise InputError(at(self.path, extra, f"more entries than the {self.name} = {self.expected} "
@@ -80,6 +90,7 @@ class EntryCount:
         self.seen += len(lines)
 
     def finish(self, last_line: int) -> None:
+        """At the end of the file: fewer entries than announced is an error."""
         if self.seen < self.expected:
             raise InputError(at(self.path, None, f"the file ends (line {last_line}) after {self.seen} entries, "
                                                  f"but line {self.header_line} announced {self.name} = "
@@ -92,6 +103,7 @@ class CSRRowStream:
     is complete, so a row may span any number of input blocks."""
 
     def __init__(self, writer: CSRWriter, path: PathLike, describe: Describe):
+        """Rows go to ``writer``; ``describe`` names an entry in messages about duplicates."""
         self.writer, self.path, self.describe = writer, path, describe
         empty = np.zeros(0, dtype=np.int64)
         self.held = (empty, empty, np.zeros(0, dtype=np.float64), empty)

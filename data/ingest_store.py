@@ -46,6 +46,6 @@ def finish_store(w: StoreWriter, layout: str, kind: str, shape: tuple[int, int],
             test = holdout_entries(observed, holdout, seed)
             arrays, unit, n_test = {"test_mask": test}, "entries", np.count_nonzero(test)
         write_split(w.group, HOLDOUT_SPLIT, arrays,
-                    {"unit": unit, "fraction": holdout, "seed": seed, "n_test": int(n_test),
+                    {"kind": unit, "fraction": holdout, "seed": seed, "n_test": int(n_test),
                      "created_by": "ingest"})
     w.commit(layout, kind, shape, rows_per_chunk, prov)

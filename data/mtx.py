@@ -12,7 +12,8 @@ from __future__ import annotations
 import numpy as np
 
 from buffet.data.arrays import DEFAULT_ROWS_PER_CHUNK
-from buffet.data.entries import CSRRowStream, EntryCount, check_kind_values, check_range, dense_from_cells
+from buffet.data.entries import (CSRRowStream, EntryCount, check_dimension, check_kind_values, check_range,
+                                  dense_from_cells)
 from buffet.data.errors import InputError
 from buffet.data.ingest_store import check_options, finish_store, provenance
 from buffet.data.store import CSRWriter, Dataset, StoreWriter, check_kind, write_dense
@@ -44,11 +45,12 @@ def ingest_mtx(path: PathLike, out: PathLike, kind: str | None = None,
         names = ("rows", "columns", "entries") if coordinate else ("rows", "columns")
         size, size_line = read_int_line(src, names, comment=b"%")
         n_rows, n_cols = size[0], size[1]
-        if n_rows == 0 or n_cols == 0:
-            raise InputError(at(path, size_line, f"the matrix is {n_rows} x {n_cols}; it needs rows and columns"))
+        check_dimension(n_rows, "rows", path, size_line)
+        check_dimension(n_cols, "columns", path, size_line)
         spec = RecordSpec(("row", "column") if coordinate else (), () if field == "pattern" else ("value",))
         rec = concat_records([parse_records(b, spec, path) for b in src.blocks(block_bytes)], spec)
-        count = EntryCount(size[2] if coordinate else n_rows * n_cols, path, size_line, names[-1])
+        count = EntryCount(size[2] if coordinate else n_rows * n_cols, path, size_line,
+                           "entries" if coordinate else "rows x columns")
         count.add(rec.lines)
         count.finish(src.line)
         rows, cols = _positions(rec, coordinate, n_rows, n_cols, size_line, path)
@@ -90,6 +92,7 @@ def _read_banner(src: TextSource) -> tuple[str, str]:
 
 
 def _describe(row: int, col: int) -> str:
+    """An entry named by its 1-based coordinates, as the file gives them."""
     return f"entry ({row + 1}, {col + 1})"
 
 

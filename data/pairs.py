@@ -15,7 +15,8 @@ from buffet.data.entries import MAX_INDEX, check_range, dense_from_cells
 from buffet.data.errors import InputError
 from buffet.data.ingest_store import check_options, finish_store, provenance
 from buffet.data.store import Dataset, StoreWriter, write_dense
-from buffet.data.textblocks import DEFAULT_BLOCK_BYTES, PathLike, RecordSpec, TextSource, at, concat_records, parse_records
+from buffet.data.textblocks import (DEFAULT_BLOCK_BYTES, PathLike, RecordSpec, TextSource, at, concat_records,
+                                    parse_records)
 
 PAIR_RECORD = RecordSpec(("user", "permission"), ())
 

@@ -71,6 +71,7 @@ class _RatingList:
     """Ratings gathered as compact arrays, with user and item ids numbered in order of appearance."""
 
     def __init__(self, path: PathLike):
+        """An empty list of ratings from ``path``."""
         self.path = path
         self.users: dict[str, int] = {}
         self.items: dict[str, int] = {}
@@ -132,9 +133,10 @@ def ingest_dense_ratings(path: PathLike, out: PathLike, sentinel: float = 99.0, 
         writer: DenseWriter | None = None
         spec: RecordSpec | None = None
         for block in src.blocks(block_bytes):
+            spec = spec or _table_spec(block, first_column_count, path)
             if spec is None:
-                spec = _table_spec(block, first_column_count, path)
-                writer = DenseWriter(w.group, spec.width - first_column_count, rows_per_chunk, with_mask=True)
+                continue
+            writer = writer or DenseWriter(w.group, spec.width - first_column_count, rows_per_chunk, with_mask=True)
             X, mask = _table_rows(block, spec, sentinel, first_column_count, path)
             writer.add_rows(X, mask)
         if writer is None:
@@ -146,14 +148,17 @@ def ingest_dense_ratings(path: PathLike, out: PathLike, sentinel: float = 99.0, 
     return Dataset(out)
 
 
-def _table_spec(block: Block, first_column_count: bool, path: PathLike) -> RecordSpec:
-    """Width and delimiter of the table, from its first non-blank line."""
-    offset, first = next((k, raw) for k, raw in enumerate(block.data.split(b"\n")) if raw.strip())
+def _table_spec(block: Block, first_column_count: bool, path: PathLike) -> RecordSpec | None:
+    """Width and delimiter of the table, from its first non-blank line (None if the block is blank)."""
+    text = block.data.lstrip()
+    if not text:
+        return None
+    first = text[:text.find(b"\n")]
     delimiter = b"," if b"," in first else None
     width = len(split_fields(first, delimiter))
     if first_column_count and width < 2:
-        raise InputError(at(path, block.first_line + offset, "first_column_count needs a count column and at least "
-                                                    "one rating column"))
+        line = block.first_line + block.data[:len(block.data) - len(text)].count(b"\n")
+        raise InputError(at(path, line, "first_column_count needs a count column and at least one rating column"))
     return RecordSpec((), ("rating",) * width, delimiter)
 
 

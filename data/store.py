@@ -337,12 +337,14 @@ class DenseWriter:
     """
 
     def __init__(self, group: zarr.Group, n_cols: int, rows_per_chunk: int, with_mask: bool):
+        """Empty ``X`` (and ``mask``) arrays with row chunks spanning all columns."""
         chunks = (max(1, rows_per_chunk), max(1, n_cols))
         self.X = group.create_array("X", shape=(0, n_cols), chunks=chunks, dtype=np.float64)
         self.mask = (group.create_array("mask", shape=(0, n_cols), chunks=chunks, dtype=bool)
                      if with_mask else None)
 
     def add_rows(self, X: np.ndarray, mask: np.ndarray | None) -> None:
+        """Append complete rows (and their mask rows)."""
         self.X.append(np.asarray(X, dtype=np.float64), axis=0)
         if self.mask is not None:
             self.mask.append(np.asarray(mask, dtype=bool), axis=0)

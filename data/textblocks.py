@@ -14,7 +14,7 @@ import os
 import zlib
 from dataclasses import dataclass
 from pathlib import Path
-from typing import BinaryIO, Iterator
+from typing import BinaryIO, Callable, Iterator
 
 import numpy as np
 
@@ -62,17 +62,21 @@ class TextSource:
     """A text file read as bytes: single lines first (headers), then blocks of whole lines."""
 
     def __init__(self, path: PathLike):
+        """Open ``path``; an unreadable file is an ``InputError``."""
         self.path = Path(path)
         self.fh = open_bytes(path)
         self.line = 0  # lines consumed so far
 
     def __enter__(self) -> "TextSource":
+        """The source itself; the file is closed on leaving the block."""
         return self
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, *exc: object) -> None:
+        """Close the file."""
         self.fh.close()
 
-    def _guard(self, read, *args) -> bytes:
+    def _guard(self, read: Callable[..., bytes], *args: int) -> bytes:
+        """Call a read method, turning decompression and I/O failures into ``InputError``."""
         try:
             return read(*args)
         except (OSError, EOFError, zlib.error) as exc:
@@ -107,6 +111,7 @@ class TextSource:
             yield self._advance(carry + b"\n")
 
     def _advance(self, data: bytes) -> Block:
+        """A block of the given lines, counting them as consumed."""
         block = Block(data, self.line + 1)
         self.line += data.count(b"\n")
         return block
@@ -173,6 +178,7 @@ class RecordSpec:
 
     @property
     def width(self) -> int:
+        """The number of fields on a line."""
         return len(self.id_names) + len(self.value_names)
 
 
@@ -185,6 +191,7 @@ class Records:
     lines: np.ndarray
 
     def __len__(self) -> int:
+        """The number of records."""
         return len(self.lines)
 
 
@@ -196,9 +203,11 @@ def parse_records(block: Block, spec: RecordSpec, path: PathLike) -> Records:
 
 def _parse_records_fast(block: Block, spec: RecordSpec) -> Records | None:
     """Vectorised parse of a well-formed block, or None if anything looks unusual."""
-    data = block.data if spec.delimiter is None else block.data.replace(spec.delimiter, b" ")
-    lines = _lines_with_tokens(data, spec.width)
+    data = block.data if spec.delimiter is None else _undelimited(block.data, spec.delimiter)
+    lines = _lines_with_tokens(data, spec.width) if data is not None else None
     if lines is None or lines.size == 0:
+        return None
+    if spec.delimiter is not None and block.data.count(spec.delimiter) != (spec.width - 1) * lines.size:
         return None
     integral = not data.translate(None, _INT_CHARS)
     try:
@@ -215,6 +224,14 @@ def _parse_records_fast(block: Block, spec: RecordSpec) -> Records | None:
             return None
         ids = ids.astype(np.int64)
     return Records(ids, table[:, n_ids:].astype(np.float64), lines + block.first_line)
+
+
+def _undelimited(data: bytes, delimiter: bytes) -> bytes | None:
+    """Delimited data with the delimiters made spaces, or None if it holds spaces or tabs of its
+    own (with the delimiter count checked too, every field is then exactly one token)."""
+    if any(space in data for space in (b" ", b"\t") if space != delimiter):
+        return None
+    return data.replace(delimiter, b" ")
 
 
 def _lines_with_tokens(data: bytes, width: int) -> np.ndarray | None:

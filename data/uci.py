@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 
 from buffet.data.arrays import DEFAULT_ROWS_PER_CHUNK
-from buffet.data.entries import CSRRowStream, EntryCount, check_kind_values, check_range
+from buffet.data.entries import CSRRowStream, EntryCount, check_dimension, check_kind_values, check_range
 from buffet.data.errors import InputError
 from buffet.data.ingest_store import check_options, finish_store, provenance
 from buffet.data.store import CSRWriter, Dataset, StoreWriter, write_strings
@@ -63,13 +63,11 @@ def ingest_uci(docword_path: PathLike, vocab_path: PathLike | None, out: PathLik
 
 
 def _read_header(src: TextSource) -> tuple[tuple[int, int, int], tuple[int, int, int]]:
-    """D, W, NNZ and the numbers of their lines; D and W must be positive."""
+    """D, W, NNZ and the numbers of their lines; D and W must be usable matrix dimensions."""
     values, lines = zip(*(read_int_line(src, (name,)) for name in ("D", "W", "NNZ")))
     (n_docs,), (n_words,), (nnz,) = values
-    for name, value, line in (("D", n_docs, lines[0]), ("W", n_words, lines[1])):
-        if value == 0:
-            raise InputError(at(src.path, line, f"{name} = 0: the corpus must have at least one "
-                                                f"{'document' if name == 'D' else 'word'}"))
+    check_dimension(n_docs, "D", src.path, lines[0])
+    check_dimension(n_words, "W", src.path, lines[1])
     return (n_docs, n_words, nnz), lines
 
 

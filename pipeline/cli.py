@@ -55,6 +55,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--rows-per-chunk", type=int, default=None)
     p.add_argument("--transpose", action="store_true", help="pairs: make the second id the rows")
     p.add_argument("--sentinel", type=float, default=None, help="dense-ratings: value meaning 'unrated'")
+    p.add_argument("--first-column-count", action="store_true",
+                   help="dense-ratings: the first column counts the rated items (real Jester files)")
     p.add_argument("--kind", default=None, help="mtx: real, binary or counts")
     p.add_argument("--overwrite", action="store_true")
 
@@ -190,6 +192,7 @@ def cmd_ingest(args: argparse.Namespace) -> None:
     options = {k: v for k, v in (("holdout", args.holdout), ("seed", args.seed),
                                  ("rows_per_chunk", args.rows_per_chunk), ("transpose", args.transpose or None),
                                  ("sentinel", args.sentinel), ("kind", args.kind),
+                                 ("first_column_count", args.first_column_count or None),
                                  ("overwrite", args.overwrite or None)) if v is not None}
     ds = ingest(args.format, args.sources, args.out, **options)
     print(json.dumps(ds.describe(), indent=1))
