@@ -21,16 +21,27 @@ q(alpha) when alpha is learned.
 Statistics (``chunk_stats``): ``n_rows`` () rows, ``n_obs`` () observed entries, ``xx`` () sum of
 x_ij^2 over Omega, ``xz`` (D, K) sum_{i in Omega_j} x_ij nu_i, ``zz`` (K, K) sum_i E[z_i z_i^T]
 when the chunk has no mask or (D, K, K) sum_{i in Omega_j} E[z_i z_i^T] when it has one,
-``sum_nu`` (K,) sum_i nu_ik, ``entropy_z`` () the entropy of the chunk's q(Z).
+``sum_nu`` (K,) sum_i nu_ik, ``entropy_z`` () the entropy of the chunk's q(Z). Either every chunk
+has a mask (all True where nothing is missing) or none has, so that the ``zz`` shapes agree.
+
+Choosing K+ (SPEC 3.1) uses chunk-local pieces plus small client steps: ``residual`` per chunk, its
+sums R^T R and sum_i r_i reduced, ``residual_directions`` on the client, projections p = R v per
+chunk, ``orient_and_split`` on the gathered p (one float per row), ``new_feature_column`` per chunk;
+``keep_features`` / ``select_features`` prune features whose reduced sum_i nu_ik is too small.
+``fit_in_memory`` is the reference driver on the whole matrix as one chunk.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
+from operator import attrgetter
 from typing import Callable
 
 import numpy as np
 from scipy.special import digamma, expit, gammaln, xlogy
+
+from .bnmf import gamma_kl_terms
+from .ibp_prior import harmonic_number
 
 Stats = dict[str, np.ndarray]
 Post = dict[str, np.ndarray]
@@ -68,19 +79,6 @@ def gamma_means(shape: np.ndarray, rate: np.ndarray) -> tuple[float, float]:
     return float(shape / rate), float(digamma(shape) - np.log(rate))
 
 
-def gamma_kl_terms(shape: np.ndarray, rate: np.ndarray, shape0: float, rate0: float) -> float:
-    """E_q ln Gamma(eta; shape0, rate0) + entropy of q = Gamma(shape, rate): -KL(q || prior)."""
-    mean, log_mean = gamma_means(shape, rate)
-    expected_log_prior = shape0 * np.log(rate0) - gammaln(shape0) + (shape0 - 1.0) * log_mean - rate0 * mean
-    entropy = shape - np.log(rate) + gammaln(shape) + (1.0 - shape) * digamma(shape)
-    return float(expected_log_prior + entropy)
-
-
-def harmonic(n: float) -> float:
-    """The N-th harmonic number H_N of the IBP's all-zero columns (SPEC 3.1: -alpha H_N)."""
-    return float(digamma(n + 1.0) + np.euler_gamma)
-
-
 def second_moments(post: Post) -> np.ndarray:
     """Lambda^j = V_j + m_j m_j^T for every column, shape (D, K, K) (SPEC 3.1)."""
     m = post["m"]
@@ -111,7 +109,7 @@ def row_terms(x: np.ndarray, mask: np.ndarray | None, post: Post) -> tuple[np.nd
     k = m.shape[1]
     observed = mask.astype(np.float64)
     g = observed @ second_moments(post).reshape(m.shape[0], k * k)
-    return np.where(mask, x, 0.0) @ m, g.reshape(-1, k, k)
+    return np.where(mask, x, 0.0) @ m, g.reshape(x.shape[0], k, k)
 
 
 def sweep_rows(nu: np.ndarray, b: np.ndarray, g: np.ndarray, prior_logit: np.ndarray,
@@ -142,7 +140,7 @@ def chunk_stats(x: np.ndarray, mask: np.ndarray | None, nu: np.ndarray) -> Stats
         observed = mask.astype(np.float64)
         xo, n_obs = np.where(mask, x, 0.0), observed.sum()
         outer = (nu[:, :, None] * nu[:, None, :]).reshape(n, k * k)
-        zz = (observed.T @ outer).reshape(-1, k, k)
+        zz = (observed.T @ outer).reshape(x.shape[1], k, k)
         diag = np.arange(k)
         zz[:, diag, diag] += observed.T @ variance
     entropy = -np.sum(xlogy(nu, nu) + xlogy(1.0 - nu, 1.0 - nu))
@@ -237,7 +235,7 @@ def update_alpha(stats: Stats, post: Post, hyper: Hyper) -> Post:
     if hyper.alpha is not None:
         return post
     return {**post, "alpha_a": np.float64(hyper.alpha_a0 + post["m"].shape[1]),
-            "alpha_b": np.float64(hyper.alpha_b0 + harmonic(float(stats["n_rows"])))}
+            "alpha_b": np.float64(hyper.alpha_b0 + harmonic_number(int(stats["n_rows"])))}
 
 
 ColumnStep = Callable[[Stats, Post, Hyper], Post]
@@ -285,11 +283,11 @@ def alpha_terms(stats: Stats, post: Post, hyper: Hyper) -> float:
     """sum_{k<=K+} ln(alpha / k) - alpha H_N, under q(alpha) with -KL(q(alpha) || p(alpha)) when alpha
     is learned (SPEC 3.1: K+ ln alpha - ln K+! - alpha H_N)."""
     k = post["m"].shape[1]
-    h_n = harmonic(float(stats["n_rows"]))
+    h_n = harmonic_number(int(stats["n_rows"]))
     if hyper.alpha is not None:
         return float(k * np.log(hyper.alpha) - gammaln(k + 1.0) - hyper.alpha * h_n)
     mean, log_mean = gamma_means(post["alpha_a"], post["alpha_b"])
-    kl = gamma_kl_terms(post["alpha_a"], post["alpha_b"], hyper.alpha_a0, hyper.alpha_b0)
+    kl = float(gamma_kl_terms(post["alpha_a"], post["alpha_b"], hyper.alpha_a0, hyper.alpha_b0))
     return float(k * log_mean - gammaln(k + 1.0) - mean * h_n + kl)
 
 
@@ -324,8 +322,8 @@ def evidence_terms(stats: Stats, post: Post, hyper: Hyper,
         "entropy_z": float(stats["entropy_z"]),
         "entropy_pi": beta_entropy(post["t1"], post["t2"]),
         "entropy_a": gaussian_entropy(post),
-        "eta_x": gamma_kl_terms(post["ax"], post["bx"], hyper.ax0, hyper.bx0),
-        "eta_a": gamma_kl_terms(post["aa"], post["ba"], hyper.aa0, hyper.ba0),
+        "eta_x": float(gamma_kl_terms(post["ax"], post["bx"], hyper.ax0, hyper.bx0)),
+        "eta_a": float(gamma_kl_terms(post["aa"], post["ba"], hyper.aa0, hyper.ba0)),
     }
 
 
@@ -343,10 +341,12 @@ def residual(x: np.ndarray, mask: np.ndarray | None, nu: np.ndarray, m: np.ndarr
     return r if mask is None else np.where(mask, r, 0.0)
 
 
-def leading_direction(gram: np.ndarray) -> np.ndarray:
-    """Leading right singular vector of R from its Gram matrix R^T R (summed over chunks), (D,)."""
-    _, vectors = np.linalg.eigh(gram)
-    return vectors[:, -1]
+def residual_directions(gram: np.ndarray, col_sum: np.ndarray, n_rows: float, count: int) -> np.ndarray:
+    """The ``count`` leading eigenvectors (D, count), largest first, of the residual's covariance
+    R^T R - s s^T / N built from chunk sums of R^T R and s = sum_i r_i (SPEC 3.1: a new feature starts
+    from a leading singular direction of the residual; centring keeps features that co-occur apart)."""
+    _, vectors = np.linalg.eigh(gram - np.outer(col_sum, col_sum) / n_rows)
+    return vectors[:, ::-1][:, :count]
 
 
 def orient_and_split(p: np.ndarray, n_iter: int = 20) -> tuple[float, float]:
@@ -394,7 +394,7 @@ def select_features(post: Post, keep: np.ndarray, axes: dict[str, tuple[int, ...
 def initial_post(stats: Stats, hyper: Hyper) -> Post:
     """The K+ = 0 state: no features, q(eta_A) at its prior, q(eta_X) fitted to X alone (SPEC 3.1).
 
-    ``stats`` are those of a (N, 0) nu; V is per-column when the statistics are (a mask exists).
+    ``stats`` are those of an (N, 0) nu; V is (D, 0, 0) when they are per-column (a mask exists).
     """
     d = stats["xz"].shape[0]
     shared = stats["zz"].ndim == 2
@@ -416,7 +416,7 @@ class Model:
     evidence: Callable[[Stats, Post, Hyper], float] = evidence
     initial_post: Callable[[Stats, Hyper], Post] = initial_post
     add_feature: Callable[[Post, Hyper], Post] = keep_post
-    feature_axes: dict[str, tuple[int, ...]] = field(default_factory=lambda: FEATURE_AXES)
+    feature_axes: dict[str, tuple[int, ...]] = field(default_factory=FEATURE_AXES.copy)
 
 
 IMF = Model()
@@ -432,21 +432,24 @@ class Fit:
     history: list[tuple[int, float]]
 
 
-def grow(x: np.ndarray, mask: np.ndarray | None, nu: np.ndarray, post: Post) -> np.ndarray:
-    """nu with one more column initialised from the residual's leading singular direction (SPEC 3.1)."""
+def candidate_columns(x: np.ndarray, mask: np.ndarray | None, nu: np.ndarray, post: Post,
+                      count: int) -> list[np.ndarray]:
+    """nu with one more column, initialised from each of the ``count`` leading residual directions."""
     r = residual(x, mask, nu, post["m"])
-    rc = r - r.mean(0)
-    p = r @ leading_direction(rc.T @ rc)
-    sign, threshold = orient_and_split(p)
-    return np.column_stack([nu, new_feature_column(p, sign, threshold)])
+    out = []
+    for v in residual_directions(r.T @ r, r.sum(axis=0), r.shape[0], count).T:
+        p = r @ v
+        sign, threshold = orient_and_split(p)
+        out.append(np.column_stack([nu, new_feature_column(p, sign, threshold)]))
+    return out
 
 
 def converge(x: np.ndarray, mask: np.ndarray | None, nu: np.ndarray, post: Post, hyper: Hyper,
-             model: Model, tol: float, max_iter: int, prune_below: float) -> tuple[np.ndarray, Post, float]:
+             model: Model, tol: float, max_iter: int, prune_below: float) -> Fit:
     """Alternate ``column_update`` and ``row_step`` on one chunk (the whole matrix) until the relative
     change of L is below ``tol``, pruning features with sum_i nu_ik < ``prune_below`` (SPEC 3.1)."""
     stats = chunk_stats(x, mask, nu)
-    previous = -np.inf
+    current, previous = -np.inf, -np.inf
     for _ in range(max_iter):
         post = model.column_update(stats, hyper, post)
         nu, stats = row_step(x, mask, nu, post)
@@ -454,30 +457,41 @@ def converge(x: np.ndarray, mask: np.ndarray | None, nu: np.ndarray, post: Post,
         if not keep.all():
             nu, post = nu[:, keep], select_features(post, keep, model.feature_axes)
             stats, previous = chunk_stats(x, mask, nu), -np.inf
-            continue
+            post = model.column_update(stats, hyper, post)
         current = model.evidence(stats, post, hyper)
         if abs(current - previous) <= tol * abs(current):
             break
         previous = current
-    return nu, post, model.evidence(stats, post, hyper)
+    return Fit(nu, post, current, [])
 
 
 def fit_in_memory(x: np.ndarray, mask: np.ndarray | None = None, k_max: int = 10, hyper: Hyper = Hyper(),
-                  model: Model = IMF, tol: float = 1e-7, max_iter: int = 1000, patience: int = 1,
-                  prune_below: float = 0.5) -> Fit:
-    """Reference driver (SPEC 3.1 "Choosing K+"): start at K+ = 0, add one residual-initialised feature,
-    converge, and keep growing until L has failed to improve ``patience`` times in a row or K+ reaches
-    ``k_max``; return the state with the best L. ``history`` holds (K+, L) after every attempt."""
-    nu = np.zeros((x.shape[0], 0))
-    post = model.initial_post(chunk_stats(x, mask, nu), hyper)
-    best = Fit(nu, post, -np.inf, [])
-    failures = 0
-    while nu.shape[1] < k_max and failures < patience:
-        nu = grow(x, mask, nu, post)
+                  model: Model = IMF, start: np.ndarray | None = None, n_candidates: int = 3,
+                  tol: float = 1e-7, max_iter: int = 1000, patience: int = 1, prune_below: float = 0.5) -> Fit:
+    """Reference driver (SPEC 3.1 "Choosing K+", paper Algorithm 1) on the whole matrix as one chunk.
+
+    Converge from ``start`` (an (N, K0) nu; default K+ = 0, the no-feature model); then repeatedly add
+    one feature, trying each of ``n_candidates`` residual-initialised columns (``candidate_columns``),
+    converge each and continue from the one with the best L; stop when L has failed to beat the best
+    so far ``patience`` times in a row, when a step ends with no more features than it started with
+    (all pruned) or when K+ reaches ``k_max``. Returns the state with the best L; ``history`` holds
+    (K+, L) after the start and after every growth step.
+    """
+    nu = np.zeros((x.shape[0], 0)) if start is None else start
+    post = model.initial_post(chunk_stats(x, mask, nu[:, :0]), hyper)
+    for _ in range(nu.shape[1]):
         post = model.add_feature(post, hyper)
-        nu, post, value = converge(x, mask, nu, post, hyper, model, tol, max_iter, prune_below)
-        best.history.append((nu.shape[1], value))
-        failures = 0 if value > best.evidence else failures + 1
-        if value > best.evidence:
-            best = replace(best, nu=nu, post=post, evidence=value)
-    return best
+    best = converge(x, mask, nu, post, hyper, model, tol, max_iter, prune_below)
+    nu, post, history, failures = best.nu, best.post, [(best.nu.shape[1], best.evidence)], 0
+    while nu.shape[1] < k_max and failures < patience:
+        grown = model.add_feature(post, hyper)
+        step = max((converge(x, mask, begin, grown, hyper, model, tol, max_iter, prune_below)
+                    for begin in candidate_columns(x, mask, nu, post, n_candidates)),
+                   key=attrgetter("evidence"))
+        history.append((step.nu.shape[1], step.evidence))
+        failures = 0 if step.evidence > best.evidence else failures + 1
+        best = step if step.evidence > best.evidence else best
+        if step.nu.shape[1] <= nu.shape[1]:
+            break  # the new feature was pruned away: growing again would repeat this step
+        nu, post = step.nu, step.post
+    return replace(best, history=history)

@@ -21,14 +21,16 @@ term stays in the evidence.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
-from scipy.special import log_ndtr
+from scipy.special import erfcx, log_ndtr
 
 from . import imf
 from .imf import Hyper, Post, Stats
 
 LOG_2 = float(np.log(2.0))
+SQRT_2_OVER_PI = float(np.sqrt(2.0 / np.pi))
 
 
 @dataclass(frozen=True)
@@ -43,14 +45,17 @@ class InmfHyper(Hyper):
 def truncnorm_moments(m_w: np.ndarray, v_w: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Mean, variance and ln Phi(z) of N(m_w, v_w) truncated to [0, inf) (SPEC 3.2 step 2).
 
-    z = m_w / sqrt(v_w), r = phi(z) / Phi(z) = exp(log phi(z) - log_ndtr(z)) (stable for z << 0),
-    mean = m_w + sqrt(v_w) r, variance = v_w (1 - r (r + z)).
+    z = m_w / sqrt(v_w), r = phi(z) / Phi(z), mean = m_w + sqrt(v_w) r, variance = v_w (1 - r (r + z)).
+    r is exp(log phi(z) - log_ndtr(z)) written as sqrt(2/pi) / erfcx(-z / sqrt(2)): the same number,
+    exact to rounding. For z << 0 the variance factor 1 - r (r + z) ~ 1/z^2 multiplies the relative
+    error of r by about z^2, so through log_ndtr it is off by 2e-7 at z = -40 and negative by z = -1000;
+    here the error is the cancellation alone (~1e-16 z^4: 3e-10 at z = -40). ``site_update`` refuses
+    an update whose variance is still not positive (z below about -1e4).
     """
     sd = np.sqrt(v_w)
     z = m_w / sd
-    log_phi = log_ndtr(z)
-    r = np.exp(-0.5 * z * z - 0.5 * imf.LOG_2PI - log_phi)
-    return m_w + sd * r, v_w * (1.0 - r * (r + z)), log_phi
+    r = SQRT_2_OVER_PI / erfcx(-z / np.sqrt(2.0))
+    return m_w + sd * r, v_w * (1.0 - r * (r + z)), log_ndtr(z)
 
 
 def log_gauss_site_mass(m_c: np.ndarray, v_c: np.ndarray, tau: np.ndarray, rho: np.ndarray) -> np.ndarray:
@@ -66,41 +71,49 @@ def log_tilted_mass(m_c: np.ndarray, v_c: np.ndarray, eta_a: float, log_phi: np.
     return LOG_2 - 0.5 * (imf.LOG_2PI + np.log(variance) + m_c * m_c / variance) + log_phi
 
 
+def add_to_site(m: np.ndarray, v: np.ndarray, k: int, d_tau: np.ndarray,
+                d_rho: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """q(a_j) after adding (d_tau_j, d_rho_j) to site (k, j) of every column j: Sherman-Morrison,
+    V' = V - g V_k V_k^T with g = d_tau / (1 + d_tau V_kk), m' = V' (P m + d_rho e_k), O(K^2) per column."""
+    v_k = v[:, :, k]
+    gain = d_tau / (1.0 + d_tau * v[:, k, k])
+    v_new = v - gain[:, None, None] * v_k[:, :, None] * v_k[:, None, :]
+    return m - (gain * m[:, k])[:, None] * v_k + d_rho[:, None] * v_new[:, :, k], v_new
+
+
 def site_update(post: Post, k: int, eta_a: float, damping: float) -> Post:
     """EP update of the sites (k, j) for all columns j at once (SPEC 3.2; paper eqs. 15-20, marginal form).
 
-    1. cavity marginal N(m_c, v_c) of a_kj by removing the site from q's marginal (rank-one downdate);
+    1. cavity marginal N(m_c, v_c) of a_kj: q's marginal with the site divided out (rank-one downdate);
     2. tilted moments of N(a; m_c, v_c) N(a; 0, 1/eta_A) I(a >= 0) via ``truncnorm_moments``;
-    3. new site tau = 1/s - 1/v_c, rho = mu/s - m_c/v_c, damped; an update is skipped where the cavity
-       is improper or it would make the precision of q(a_j) indefinite. q(a_j) follows by a
-       Sherman-Morrison rank-one update, O(K^2) per site.
+    3. new site tau = 1/s - 1/v_c, rho = mu/s - m_c/v_c, damped, with its log normaliser. An update is
+       refused where the cavity is improper, the tilted variance is not positive (rounding, z below
+       about -1e4) or it would make the precision of q(a_j) indefinite (1 + d_tau V_kk <= 0);
+       q(a_j) follows by ``add_to_site``.
     """
-    m, v, tau, rho = post["m"], post["V"], post["tau"], post["rho"]
-    v_q, m_q = v[:, k, k], m[:, k]
-    prec_c = 1.0 / v_q - tau[:, k]
-    shift_c = m_q / v_q - rho[:, k]
+    tau, rho = post["tau"][:, k], post["rho"][:, k]
+    v_q = post["V"][:, k, k]
+    prec_c = 1.0 / v_q - tau
+    shift_c = post["m"][:, k] / v_q - rho
     cavity_ok = prec_c > 0.0
-    v_c = np.where(cavity_ok, 1.0 / np.where(cavity_ok, prec_c, 1.0), 1.0)
+    v_c = 1.0 / np.where(cavity_ok, prec_c, 1.0)
     m_c = shift_c * v_c
     v_w = 1.0 / (1.0 / v_c + eta_a)
-    mu, s, log_phi = truncnorm_moments(v_w * shift_c, v_w)
-    tau_new = (1.0 - damping) * tau[:, k] + damping * (1.0 / s - 1.0 / v_c)
-    rho_new = (1.0 - damping) * rho[:, k] + damping * (mu / s - m_c / v_c)
-    denominator = 1.0 + (tau_new - tau[:, k]) * v_q
-    accept = cavity_ok & (denominator > 1e-12) & np.isfinite(tau_new) & np.isfinite(rho_new)
-    d_tau = np.where(accept, tau_new - tau[:, k], 0.0)
-    d_rho = np.where(accept, rho_new - rho[:, k], 0.0)
-    v_k = v[:, :, k]
-    gain = d_tau / np.where(accept, denominator, 1.0)
-    v_new = v - gain[:, None, None] * v_k[:, :, None] * v_k[:, None, :]
-    m_new = m - (gain * m_q)[:, None] * v_k + d_rho[:, None] * v_new[:, :, k]
-    lns = post["lns"].copy()
-    lns[:, k] = np.where(accept, log_tilted_mass(m_c, v_c, eta_a, log_phi)
-                         - log_gauss_site_mass(m_c, v_c, tau[:, k] + d_tau, rho[:, k] + d_rho), lns[:, k])
-    tau, rho = tau.copy(), rho.copy()
-    tau[:, k] += d_tau
-    rho[:, k] += d_rho
-    return {**post, "m": m_new, "V": v_new, "tau": tau, "rho": rho, "lns": lns}
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):  # refused entries only
+        mu, s, log_phi = truncnorm_moments(v_w * shift_c, v_w)
+        d_tau = damping * (1.0 / s - 1.0 / v_c - tau)
+        d_rho = damping * (mu / s - m_c / v_c - rho)
+        accept = (cavity_ok & (s > 0.0) & (1.0 + d_tau * v_q > 1e-12)
+                  & np.isfinite(d_tau) & np.isfinite(d_rho))
+        d_tau, d_rho = np.where(accept, d_tau, 0.0), np.where(accept, d_rho, 0.0)
+        new_lns = (log_tilted_mass(m_c, v_c, eta_a, log_phi)
+                   - log_gauss_site_mass(m_c, v_c, tau + d_tau, rho + d_rho))
+    m, v = add_to_site(post["m"], post["V"], k, d_tau, d_rho)
+    out = {key: post[key].copy() for key in ("tau", "rho", "lns")}
+    out["tau"][:, k] += d_tau
+    out["rho"][:, k] += d_rho
+    out["lns"][:, k] = np.where(accept, new_lns, post["lns"][:, k])
+    return {**post, "m": m, "V": v, **out}
 
 
 def update_a(stats: Stats, post: Post, hyper: InmfHyper) -> Post:
@@ -169,6 +182,6 @@ INMF = imf.Model(column_update=column_update, evidence=evidence, initial_post=in
 
 
 def fit_in_memory(x: np.ndarray, mask: np.ndarray | None = None, k_max: int = 10,
-                  hyper: InmfHyper = InmfHyper(), **options: float) -> imf.Fit:
+                  hyper: InmfHyper = InmfHyper(), **options: Any) -> imf.Fit:
     """``imf.fit_in_memory`` with the INMF model (SPEC 3.2); ``options`` are that driver's."""
     return imf.fit_in_memory(x, mask, k_max, hyper, model=INMF, **options)
