@@ -203,6 +203,12 @@ class Dataset:
         g = self.group[f"splits/{name}"]
         return {k: np.asarray(g[k][:]) for k in g.array_keys()}
 
+    def read_split_rows(self, name: str, key: str, r0: int, r1: int) -> np.ndarray:
+        """Rows [r0, r1) of a split's 2-D array (e.g. the ``test_mask`` of held-out entries)."""
+        if name not in self.split_names() or key not in self.group[f"splits/{name}"]:
+            raise StoreError(f"{self.path}: split {name!r} has no {key!r} array")
+        return np.asarray(self.group[f"splits/{name}/{key}"][r0:r1])
+
     def describe(self) -> dict:
         """The facts ``buffet info`` prints."""
         n, d = self.shape

@@ -11,15 +11,16 @@ import contextlib
 import dataclasses
 import json
 import sys
+import typing
 from pathlib import Path
 from typing import Iterator, Sequence
 
 import numpy as np
 
 from buffet.data.errors import UserError
-from buffet.pipeline import bnmf_outputs  # noqa: F401  (registers the bnmf model)
+from buffet.pipeline import bnmf_outputs
 from buffet.pipeline.executors import DaskExecutor, Executor
-from buffet.pipeline.runs import MODELS, config_from, fit_run, resume_run, spec_for
+from buffet.pipeline.runs import config_from, fit_run, models, resume_run, spec_for
 from buffet.pipeline.runstore import RunStore
 
 FLAG_ALIASES = {"n_topics": ["--k"]}
@@ -34,11 +35,12 @@ def _cluster_args(p: argparse.ArgumentParser) -> None:
 
 def _config_args(p: argparse.ArgumentParser, config_cls: type) -> None:
     """One option per config field, typed by its default (``--n-topics`` for ``n_topics``)."""
+    hints = typing.get_type_hints(config_cls)
     for f in dataclasses.fields(config_cls):
         default = f.default
-        kind = type(default) if default is not None else (float if f.name in ("c0", "a0", "b0") else str)
+        kind = next(t for t in typing.get_args(hints[f.name]) or (hints[f.name],) if t is not type(None))
         flags = [f"--{f.name.replace('_', '-')}", *FLAG_ALIASES.get(f.name, [])]
-        p.add_argument(*flags, dest=f"cfg_{f.name}", type=kind, default=None,
+        p.add_argument(*flags, dest=f"cfg_{f.name}", metavar=f.name.upper(), type=kind, default=None,
                        help=f"(default: {default})")
 
 
@@ -64,9 +66,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("store")
 
     p = sub.add_parser("fit", help="fit a model to a dataset store")
-    models = p.add_subparsers(dest="model", required=True)
-    for name, spec in sorted(MODELS.items()):
-        m = models.add_parser(name, help=f"fit {name}")
+    model_parsers = p.add_subparsers(dest="model", required=True)
+    for name, spec in sorted(models().items()):
+        m = model_parsers.add_parser(name, help=f"fit {name}")
         m.add_argument("store")
         m.add_argument("--out", required=True, help="run folder to create")
         m.add_argument("--overwrite", action="store_true", help="replace an existing run folder")

@@ -75,7 +75,9 @@ class DaskExecutor:
         return self.client.submit(fn, *args, pure=False)
 
     def broadcast(self, value: Any) -> Any:
-        return self.client.scatter(value, broadcast=True, hash=False)
+        """One future for ``value`` on every worker (a dict is kept whole, not split by key)."""
+        [future] = self.client.scatter([value], broadcast=True, hash=False)
+        return future
 
     def gather(self, futures: Any) -> Any:
         return self.client.gather(futures)

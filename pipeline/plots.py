@@ -44,3 +44,54 @@ def topic_summary(words: list[list[str]], mass: np.ndarray, path: Path, show: in
     fig.savefig(path, dpi=110)
     plt.close(fig)
     return path
+
+
+def evidence_by_k(history: np.ndarray, path: Path) -> Path:
+    """The converged evidence L(q; K+) for every K+ tried (paper 000 figure 2)."""
+    fig, ax = plt.subplots(figsize=(6, 4))
+    ax.plot(history[:, 0], history[:, 1], marker="o")
+    best = int(np.argmax(history[:, 1]))
+    ax.axvline(history[best, 0], color="tab:red", alpha=0.4, label=f"best K+ = {int(history[best, 0])}")
+    ax.set_xlabel("K+")
+    ax.set_ylabel("evidence L(q; K+)")
+    ax.legend()
+    ax.grid(alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def bases(A: np.ndarray, path: Path) -> Path:
+    """Learned bases (K x D): as square images when D is a perfect square, else as heat-map rows."""
+    k, d = A.shape
+    side = int(round(np.sqrt(d)))
+    if side * side == d and k > 0:
+        fig, axes = plt.subplots(1, k, figsize=(1.8 * k, 2.0), squeeze=False)
+        for i, ax in enumerate(axes[0]):
+            ax.imshow(A[i].reshape(side, side), cmap="gray_r")
+            ax.set_title(f"feature {i}", fontsize=8)
+            ax.axis("off")
+    else:
+        fig, ax = plt.subplots(figsize=(8, 0.4 * max(k, 1) + 1.5))
+        ax.imshow(A if k else np.zeros((1, d)), aspect="auto", cmap="RdBu_r")
+        ax.set_xlabel("column")
+        ax.set_ylabel("feature")
+    fig.suptitle("posterior mean of the bases")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def feature_usage(usage: np.ndarray, path: Path) -> Path:
+    """Posterior feature usage: the mean of E[z_ik] over rows for every feature."""
+    fig, ax = plt.subplots(figsize=(6, 3.5))
+    ax.bar(np.arange(len(usage)), usage)
+    ax.set_xlabel("feature")
+    ax.set_ylabel("mean E[z_ik]")
+    ax.set_ylim(0, 1)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path

@@ -7,6 +7,7 @@ call only these functions, so a new model plugs in by adding one ``ModelSpec``.
 
 from __future__ import annotations
 
+import importlib
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Any, Callable
@@ -31,14 +32,22 @@ class ModelSpec:
 
 
 MODELS: dict[str, ModelSpec] = {}
+MODEL_MODULES = ("buffet.pipeline.bnmf_outputs", "buffet.pipeline.imf_outputs")
 
 
 def register(name: str, spec: ModelSpec) -> None:
     MODELS[name] = spec
 
 
+def models() -> dict[str, ModelSpec]:
+    """Every registered model; the modules that register them are imported on first use."""
+    for module in MODEL_MODULES:
+        importlib.import_module(module)
+    return MODELS
+
+
 def spec_for(name: str) -> ModelSpec:
-    if name not in MODELS:
+    if name not in models():
         raise UserError(f"unknown model {name!r}; available: {', '.join(sorted(MODELS))}")
     return MODELS[name]
 

@@ -1,0 +1,287 @@
+"""IMF and INMF on the engine: per-row q(z) on row chunks, column posteriors from reduced sums,
+and K+ chosen by evidence (SPEC 2, 3.1, 3.2; paper 000 Algorithm 1).
+
+Each engine step is one alternation at the current K+: the client updates the column
+posteriors from the reduced statistics, the row chunks update q(z) and return new statistics,
+features whose usage falls below a threshold are pruned, and the evidence L(q; K+) is recorded.
+When L stops changing, the state is compared with the best so far and, unless growth has
+stopped paying, one feature is added: chunks reduce the residual's Gram matrix, the client
+finds its leading direction, chunks project onto it, and the split of the projections
+initialises the new column of q(z).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import zarr
+
+from buffet.data.errors import UserError
+from buffet.data.store import DenseRows
+from buffet.kernels import imf, inmf
+from buffet.pipeline.blocks import resolve, row_ranges
+from buffet.pipeline.executors import Executor, pick, tree_reduce
+from buffet.pipeline.runstore import RunStore
+
+
+@dataclass
+class IMFConfig:
+    """Settings of an IMF fit. ``alpha`` None learns alpha under its Gamma hyperprior (SPEC 3.1)."""
+
+    max_k: int = 20
+    alpha: float | None = None
+    seed: int = 0
+    chunk_rows: int = 1000
+    tol: float = 1e-6
+    max_iter: int = 300
+    prune_below: float = 0.5
+    patience: int = 1
+    checkpoint_every: int = 50
+    split: str | None = "heldout"
+
+    def check(self) -> None:
+        for name in ("max_k", "chunk_rows", "max_iter", "patience", "checkpoint_every"):
+            if getattr(self, name) < 1:
+                raise UserError(f"{name} must be >= 1, got {getattr(self, name)}")
+        if self.alpha is not None and self.alpha <= 0:
+            raise UserError(f"alpha must be > 0, got {self.alpha}")
+
+    def model(self) -> imf.Model:
+        return imf.IMF
+
+    def hyper(self) -> imf.Hyper:
+        return imf.Hyper(alpha=self.alpha)
+
+
+@dataclass
+class INMFConfig(IMFConfig):
+    """Settings of an INMF fit: IMF's plus the EP damping and sweeps over the prior sites (SPEC 3.2)."""
+
+    damping: float = 0.7
+    ep_sweeps: int = 1
+
+    def check(self) -> None:
+        super().check()
+        if not 0.0 < self.damping <= 1.0:
+            raise UserError(f"damping must be in (0, 1], got {self.damping}")
+
+    def model(self) -> imf.Model:
+        return inmf.INMF
+
+    def hyper(self) -> inmf.InmfHyper:
+        return inmf.InmfHyper(alpha=self.alpha, damping=self.damping, ep_sweeps=self.ep_sweeps)
+
+
+# ----- block tasks -----
+
+def load_training_rows(source: str, r0: int, r1: int, split: str | None) -> DenseRows:
+    """Rows [r0, r1) with the held-out entries of ``split`` removed from the mask."""
+    ds = resolve(source)
+    rows = ds.read_rows(r0, r1)
+    mask = np.ones(rows.X.shape, dtype=bool) if rows.mask is None else rows.mask
+    if split:
+        mask = mask & ~ds.read_split_rows(split, "test_mask", r0, r1)
+    return DenseRows(rows.X, mask)
+
+
+def empty_nu_task(rows: DenseRows) -> np.ndarray:
+    return np.zeros((rows.n_rows, 0))
+
+
+def row_task(rows: DenseRows, nu: np.ndarray, post: dict) -> tuple[np.ndarray, dict]:
+    return imf.row_step(rows.X, rows.mask, nu, post)
+
+
+def stats_task(rows: DenseRows, nu: np.ndarray) -> dict:
+    return imf.chunk_stats(rows.X, rows.mask, nu)
+
+
+def select_task(nu: np.ndarray, keep: np.ndarray) -> np.ndarray:
+    return nu[:, keep]
+
+
+def residual_stats_task(rows: DenseRows, nu: np.ndarray, m: np.ndarray) -> dict:
+    r = imf.residual(rows.X, rows.mask, nu, m)
+    return {"gram": r.T @ r, "col_sum": r.sum(axis=0), "n_rows": np.float64(r.shape[0])}
+
+
+def project_task(rows: DenseRows, nu: np.ndarray, m: np.ndarray, direction: np.ndarray) -> np.ndarray:
+    return imf.residual(rows.X, rows.mask, nu, m) @ direction
+
+
+def extend_task(nu: np.ndarray, p: np.ndarray, sign: float, threshold: float) -> np.ndarray:
+    return np.column_stack([nu, imf.new_feature_column(p, sign, threshold)])
+
+
+def predict_task(source: str, r0: int, r1: int, split: str, nu: np.ndarray, m: np.ndarray) -> tuple:
+    """Posterior-mean predictions E[z_i] E[a_j] and truths for the held-out entries of the rows."""
+    ds = resolve(source)
+    test = ds.read_split_rows(split, "test_mask", r0, r1)
+    X = ds.read_rows(r0, r1).X
+    return (nu @ m.T)[test], X[test]
+
+
+def write_rows_task(values: np.ndarray, path: str, name: str, r0: int) -> None:
+    zarr.open_array(f"{path}/{name}", mode="r+")[r0:r0 + values.shape[0], :] = values
+
+
+def read_rows_task(path: str, name: str, r0: int, r1: int) -> np.ndarray:
+    return np.asarray(zarr.open_array(f"{path}/{name}", mode="r")[r0:r1, :])
+
+
+# ----- the driver -----
+
+@dataclass
+class IMFDriver:
+    """IMF/INMF with K+ search on an executor (the Driver protocol of fitloop)."""
+
+    config: IMFConfig
+    source: str
+    executor: Executor
+    label: str = "imf"
+    post: dict = field(default_factory=dict)
+    stats: dict = field(default_factory=dict)
+    best: dict = field(default_factory=lambda: {"evidence": -np.inf})
+    history: list = field(default_factory=list)
+    previous: float = -np.inf
+    iter_in_k: int = 0
+    failures: int = 0
+    done: bool = False
+
+    def __post_init__(self) -> None:
+        self.config.check()
+        ds = resolve(self.source)
+        if ds.layout != "dense":
+            raise UserError(f"{self.source}: IMF needs a dense dataset (real or binary), got layout {ds.layout}")
+        self.split = self.config.split if self.config.split in ds.split_names() else None
+        self.model, self.hyper = self.config.model(), self.config.hyper()
+        self.label = "inmf" if isinstance(self.config, INMFConfig) else "imf"
+        self.ranges = row_ranges(ds.n_rows, self.config.chunk_rows)
+        self.blocks = [self.executor.submit(load_training_rows, self.source, r0, r1, self.split)
+                       for r0, r1 in self.ranges]
+        self.nu: list = []
+        self._t_start = time.perf_counter()
+
+    @property
+    def k_plus(self) -> int:
+        return int(self.post["m"].shape[1])
+
+    def _reduce_stats(self) -> dict:
+        parts = [self.executor.submit(stats_task, b, nu) for b, nu in zip(self.blocks, self.nu)]
+        return self.executor.gather(tree_reduce(self.executor, parts))
+
+    def start(self) -> None:
+        self.nu = [self.executor.submit(empty_nu_task, b) for b in self.blocks]
+        self.stats = self._reduce_stats()
+        self.post = self.model.initial_post(self.stats, self.hyper)
+
+    def total_steps(self) -> int | None:
+        return None
+
+    def finished(self, step: int, trace: list[dict]) -> bool:
+        return self.done
+
+    def step(self, step: int) -> dict:
+        self.post = self.model.column_update(self.stats, self.hyper, self.post)
+        post = self.executor.broadcast(self.post)
+        results = [self.executor.submit(row_task, b, nu, post) for b, nu in zip(self.blocks, self.nu)]
+        self.nu = [self.executor.submit(pick, r, 0) for r in results]
+        self.stats = self.executor.gather(tree_reduce(self.executor, [self.executor.submit(pick, r, 1)
+                                                                      for r in results]))
+        self._prune()
+        evidence = self.model.evidence(self.stats, self.post, self.hyper)
+        self.iter_in_k += 1
+        record = {"step": step + 1, "k_plus": self.k_plus, "evidence": evidence}
+        if abs(evidence - self.previous) <= self.config.tol * abs(evidence) or self.iter_in_k >= self.config.max_iter:
+            record["converged_k"] = self.k_plus
+            self._settle(evidence)
+        else:
+            self.previous = evidence
+        record["seconds"] = time.perf_counter() - self._t_start
+        return record
+
+    def _prune(self) -> None:
+        keep = imf.keep_features(self.stats["sum_nu"], self.config.prune_below)
+        if keep.all():
+            return
+        self.nu = [self.executor.submit(select_task, nu, keep) for nu in self.nu]
+        self.post = imf.select_features(self.post, keep, self.model.feature_axes)
+        self.stats = self._reduce_stats()
+        self.post = self.model.column_update(self.stats, self.hyper, self.post)
+        self.previous = -np.inf
+
+    def _settle(self, evidence: float) -> None:
+        """A K+ has converged: keep it if best, then grow or stop (SPEC 3.1, choosing K+)."""
+        self.history.append((self.k_plus, evidence))
+        if evidence > self.best["evidence"]:
+            self.best = {"evidence": evidence, "post": self.post, "nu": self.nu, "stats": self.stats}
+            self.failures = 0
+        else:
+            self.failures += 1
+        if self.failures >= self.config.patience or self.k_plus >= self.config.max_k:
+            self.post, self.nu, self.stats = self.best["post"], self.best["nu"], self.best["stats"]
+            self.done = True
+        else:
+            self._grow()
+
+    def _grow(self) -> None:
+        m = self.executor.broadcast(self.post["m"])
+        sums = self.executor.gather(tree_reduce(self.executor, [
+            self.executor.submit(residual_stats_task, b, nu, m) for b, nu in zip(self.blocks, self.nu)]))
+        direction = imf.residual_directions(sums["gram"], sums["col_sum"], sums["n_rows"], 1)[:, 0]
+        projections = [self.executor.submit(project_task, b, nu, m, direction) for b, nu in zip(self.blocks, self.nu)]
+        sign, threshold = imf.orient_and_split(np.concatenate(self.executor.gather(projections)))
+        self.nu = [self.executor.submit(extend_task, nu, p, sign, threshold) for nu, p in zip(self.nu, projections)]
+        self.post = self.model.add_feature(self.post, self.hyper)
+        self.stats = self._reduce_stats()
+        self.previous, self.iter_in_k = -np.inf, 0
+
+    # -- checkpoints --
+    def save(self, run: RunStore, step: int, trace: list[dict]) -> None:
+        folder = run.new_checkpoint_dir(step)
+        arrays = {f"post_{k}": v for k, v in self.post.items()}
+        arrays.update({f"stats_{k}": v for k, v in self.stats.items()})
+        if "post" in self.best:
+            arrays.update({f"best_post_{k}": v for k, v in self.best["post"].items()})
+            arrays.update({f"best_stats_{k}": v for k, v in self.best["stats"].items()})
+            self._write_rows(run, folder, "best_nu", self.best["nu"])
+        self._write_rows(run, folder, "nu", self.nu)
+        arrays.update({"history": np.array(self.history, dtype=np.float64).reshape(-1, 2),
+                       "previous": np.float64(self.previous), "iter_in_k": np.int64(self.iter_in_k),
+                       "failures": np.int64(self.failures), "done": np.bool_(self.done),
+                       "best_evidence": np.float64(self.best["evidence"])})
+        run.commit_checkpoint(folder, step, arrays, {"trace": trace})
+
+    def _write_rows(self, run: RunStore, folder: Path, name: str, nus: list) -> None:
+        k = self.executor.gather(self.executor.submit(np.shape, nus[0]))[1]
+        path = run.locals_array(folder, name, (self.ranges[-1][1], k), (self.config.chunk_rows, max(k, 1)))
+        self.executor.gather([self.executor.submit(write_rows_task, nu, path, name, r0)
+                              for nu, (r0, _) in zip(nus, self.ranges)])
+
+    def restore(self, arrays: dict, folder: Path) -> None:
+        def unpack(prefix: str) -> dict:
+            return {k[len(prefix):]: v for k, v in arrays.items() if k.startswith(prefix)}
+
+        path = str(folder / "locals.zarr")
+        self.post, self.stats = unpack("post_"), unpack("stats_")
+        self.nu = [self.executor.submit(read_rows_task, path, "nu", r0, r1) for r0, r1 in self.ranges]
+        if any(k.startswith("best_post_") for k in arrays):
+            self.best = {"evidence": float(arrays["best_evidence"]), "post": unpack("best_post_"),
+                         "stats": unpack("best_stats_"),
+                         "nu": [self.executor.submit(read_rows_task, path, "best_nu", r0, r1)
+                                for r0, r1 in self.ranges]}
+        self.history = [(int(k), float(ev)) for k, ev in arrays["history"]]
+        self.previous, self.iter_in_k = float(arrays["previous"]), int(arrays["iter_in_k"])
+        self.failures, self.done = int(arrays["failures"]), bool(arrays["done"])
+
+    def predictions(self) -> tuple[np.ndarray, np.ndarray]:
+        """Predictions and truths for every held-out entry of the split (row order)."""
+        if not self.split:
+            raise UserError(f"{self.source}: no held-out entries to evaluate (ingest with --holdout)")
+        m = self.executor.broadcast(self.post["m"])
+        parts = self.executor.gather([self.executor.submit(predict_task, self.source, r0, r1, self.split,
+                                                           nu, m) for nu, (r0, r1) in zip(self.nu, self.ranges)])
+        return np.concatenate([p for p, _ in parts]), np.concatenate([t for _, t in parts])
