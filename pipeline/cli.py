@@ -101,6 +101,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--overwrite", action="store_true")
     _cluster_args(p)
 
+    p = sub.add_parser("reproduce", help="run one of the papers' experiments (tables and PNG figures)")
+    p.add_argument("name", help="experiment name, e.g. ibp-evidence, role-mining, collaborative-filtering")
+    p.add_argument("--out", default=None, help="output folder (default: reproduce-NAME)")
+    p.add_argument("--seeds", type=int, default=10, help="repeats (seeds or random splits)")
+    p.add_argument("--quick", action="store_true", help="a small version for smoke tests")
+
     p = sub.add_parser("generate", help="write a synthetic LDA-shaped corpus as a UCI docword file")
     p.add_argument("--docs", type=int, required=True)
     p.add_argument("--words", type=int, default=8000)
@@ -207,6 +213,13 @@ def cmd_demo(args: argparse.Namespace) -> None:
         run_demo(Path(args.out), args.k, args.passes, ex, args.overwrite, args.quiet)
 
 
+def cmd_reproduce(args: argparse.Namespace) -> None:
+    from buffet.pipeline.reproduce import run_experiment
+
+    files = run_experiment(args.name, Path(args.out or f"reproduce-{args.name}"), args.seeds, args.quick)
+    print("\n".join(str(f) for f in files))
+
+
 def cmd_generate(args: argparse.Namespace) -> None:
     from buffet.data.synthetic import write_uci_corpus
 
@@ -217,7 +230,7 @@ def cmd_generate(args: argparse.Namespace) -> None:
 
 COMMANDS = {"fit": cmd_fit, "resume": cmd_resume, "evaluate": cmd_evaluate, "export": cmd_export,
             "report": cmd_report, "info": cmd_info, "ingest": cmd_ingest, "demo": cmd_demo,
-            "generate": cmd_generate}
+            "generate": cmd_generate, "reproduce": cmd_reproduce}
 
 
 def main(argv: Sequence[str] | None = None) -> int:
