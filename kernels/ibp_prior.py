@@ -6,8 +6,9 @@ Two representations of Z are used:
   ``Z[l, i, k]`` (L x N x Kc), with the column counts ``m[l, k]`` kept alongside so that the
   IBP conditional of the next row costs O(L Kc) instead of O(L N Kc). Features of particle l
   occupy columns ``0 .. K_l - 1`` in order of appearance; columns ``K_l .. Kc - 1`` are zero
-  padding, so ``K_l = (m[l] > 0).sum()``. Model blocks subclass it and name the arrays that have
-  feature axes in ``FEATURE_AXES`` so one padding / selection routine serves every model;
+  padding, so ``K_l = (m[l] > 0).sum()``. Model blocks subclass it and list every per-particle
+  array (axis 0 = particle) with its feature axes in ``FEATURE_AXES``, so one padding / selection
+  routine serves every model;
 * a single matrix Z (N x K) for the Gibbs samplers, where all-zero columns are ignored.
 
 The IBP is a distribution on equivalence classes of binary matrices (left-ordered form);
@@ -18,8 +19,9 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
+import math
 from dataclasses import dataclass
-from typing import Callable, ClassVar, TypeVar
+from typing import Callable, ClassVar, Iterator, Sequence, TypeVar
 
 import numpy as np
 from scipy.special import gammaln, logsumexp
@@ -62,6 +64,7 @@ def resize_features(block: Block, capacity: int) -> Block:
     """Pad with zeros or cut the feature axes of every array of ``block`` to ``capacity`` columns.
 
     Cutting is only valid for columns that are padding in every particle (SPEC 3.3 block layout).
+    The arrays of the result are new (never views of the input), so callers may write into them.
     """
     changes = {}
     for name, axes in block.FEATURE_AXES.items():
@@ -99,8 +102,8 @@ def propose_ibp_row(block: Block, alpha: float,
     """Append one row drawn from the IBP conditional to every particle (paper 001 Alg. 1).
 
     The feature axes grow to the block-wide maximum K+ if needed (new entries of the model's
-    arrays are zero). Returns the new block and the slots of the new features
-    (``new_feature_slots``), which the model uses to initialise their parameters.
+    arrays are zero). Returns a new block (its arrays are new: the caller may write into them) and
+    the slots of the new features (``new_feature_slots``), where the model initialises their parameters.
     """
     i = block.n_rows + 1
     z, k_new = sample_ibp_conditional(block.m, i, alpha, rng)
@@ -110,9 +113,8 @@ def propose_ibp_row(block: Block, alpha: float,
     z = np.pad(z, [(0, 0), (0, grown.m.shape[1] - z.shape[1])])
     slots = new_feature_slots(k_before, k_new)
     z[slots[0], slots[1]] = True
-    Z = grown.Z.copy()
-    Z[:, i - 1] = z
-    return dataclasses.replace(grown, Z=Z, m=grown.m + z, n_rows=i), slots
+    grown.Z[:, i - 1] = z
+    return dataclasses.replace(grown, m=grown.m + z, n_rows=i), slots
 
 
 def sample_ibp(n_rows: int, alpha: float, rng: np.random.Generator, size: int = 1) -> IBPParticles:
@@ -165,10 +167,20 @@ def new_feature_log_prior(n_rows: int, alpha: float, max_new: int) -> np.ndarray
     return j * np.log(rate) - rate - gammaln(j + 1)
 
 
-def sample_categorical_log(log_p: np.ndarray, rng: np.random.Generator) -> int:
-    """Index drawn with probability proportional to exp(log_p) (a truncated posterior, SPEC 3.4)."""
-    p = np.exp(log_p - log_p.max())
-    return int(np.searchsorted(np.cumsum(p), rng.random() * p.sum(), side="right"))
+def sample_categorical_log(log_p: Sequence[float], rng: np.random.Generator) -> int:
+    """Index drawn with probability proportional to exp(log_p): a truncated posterior (SPEC 3.4).
+
+    Plain Python, as the vectors are short (a handful of K_new values) and this sits in the
+    Gibbs samplers' per-row loops.
+    """
+    top = max(log_p)
+    weights = [math.exp(v - top) for v in log_p]
+    u = rng.random() * math.fsum(weights)
+    for j, w in enumerate(weights):
+        u -= w
+        if u < 0.0:
+            return j
+    return len(weights) - 1
 
 
 def sample_alpha(k_plus: int, n_rows: int, shape: float, rate: float, rng: np.random.Generator) -> float:
@@ -176,20 +188,27 @@ def sample_alpha(k_plus: int, n_rows: int, shape: float, rate: float, rng: np.ra
     return float(rng.gamma(shape + k_plus, 1.0 / (rate + harmonic_number(n_rows))))
 
 
+def enumerate_ibp_classes(n_rows: int, max_features: int) -> Iterator[np.ndarray]:
+    """One N x K+ representative of every IBP class with K+ <= max_features (tiny N only).
+
+    Classes are multisets of non-zero column patterns: C(2^N - 1 + K, K) of them have K+ = K.
+    """
+    patterns = ((np.arange(1, 2 ** n_rows)[None, :] >> np.arange(n_rows)[::-1, None]) & 1).astype(bool)
+    for k in range(max_features + 1):
+        for combo in itertools.combinations_with_replacement(range(patterns.shape[1]), k):
+            yield patterns[:, list(combo)]
+
+
 def exact_class_posterior(n_rows: int, max_features: int, alpha: float,
                           log_likelihood: Callable[[np.ndarray], float]) -> dict[bytes, float]:
     """Exact posterior over IBP classes with K+ <= max_features, by enumeration (tiny N only).
 
     P([Z] | X) is proportional to P([Z]) p(X | Z) (eq. 2 times a column-order-invariant
-    likelihood). Classes are multisets of non-zero column patterns; there are
-    C(2^N - 1 + K, K) of each size K, so this is for checking samplers on N <= 4.
+    likelihood); used to check the samplers on N <= 4.
     """
-    patterns = ((np.arange(1, 2 ** n_rows)[None, :] >> np.arange(n_rows)[::-1, None]) & 1).astype(bool)
-    keys, logp = [], []
-    for k in range(max_features + 1):
-        for combo in itertools.combinations_with_replacement(range(patterns.shape[1]), k):
-            Z = patterns[:, list(combo)]
-            keys.append(class_key(Z))
-            logp.append(ibp_log_prob(Z, alpha) + log_likelihood(Z))
-    logp = np.asarray(logp)
-    return dict(zip(keys, np.exp(logp - logsumexp(logp))))
+    keys, log_p = [], []
+    for Z in enumerate_ibp_classes(n_rows, max_features):
+        keys.append(class_key(Z))
+        log_p.append(ibp_log_prob(Z, alpha) + log_likelihood(Z))
+    log_p = np.asarray(log_p)
+    return dict(zip(keys, np.exp(log_p - logsumexp(log_p))))

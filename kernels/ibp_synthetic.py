@@ -35,11 +35,22 @@ def latent_images() -> np.ndarray:
     return np.array([[c == "#" for r in rows for c in r[k]] for k in range(4)], np.float64)
 
 
+def linear_gaussian_x(Z: np.ndarray, A: np.ndarray, sigma_x: float, rng: np.random.Generator) -> np.ndarray:
+    """X = Z A + iid N(0, sigma_x^2) noise (the linear-Gaussian model, paper 001 section 4)."""
+    return np.asarray(Z, np.float64) @ A + sigma_x * rng.standard_normal((Z.shape[0], A.shape[1]))
+
+
+def noisy_or_x(Z: np.ndarray, Y: np.ndarray, params: NoisyORParams, rng: np.random.Generator) -> np.ndarray:
+    """Binary X with P(x_id = 1) = 1 - (1 - eps)(1 - lambda)^(z_i . y_:d) (paper 001 eq. 8)."""
+    eta = np.asarray(Z, np.int64) @ Y
+    return np.log(rng.random(eta.shape)) < log_lik_entries(True, eta, params)
+
+
 def image_data(rng: np.random.Generator, n_rows: int = 100, noise_sd: float = 0.5) -> IBPData:
     """Paper 001 Fig. 3 data: z_ik ~ Bern(0.5) for the 4 images, X = Z A + N(0, noise_sd^2) (section 4.2)."""
     A = latent_images()
     Z = rng.random((n_rows, A.shape[0])) < 0.5
-    return IBPData(X=Z @ A + noise_sd * rng.standard_normal((n_rows, A.shape[1])), Z=Z, A=A)
+    return IBPData(X=linear_gaussian_x(Z, A, noise_sd, rng), Z=Z, A=A)
 
 
 def noisy_or_data(rng: np.random.Generator, n_rows: int = 6, n_features: int = 4, n_cols: int = 250,
@@ -51,9 +62,7 @@ def noisy_or_data(rng: np.random.Generator, n_rows: int = 6, n_features: int = 4
     while Z.shape[1] != n_features:
         Z = sample_ibp(n_rows, alpha, rng).Z[0]
     Y = rng.random((n_features, n_cols)) < params.p
-    eta = Z.astype(np.int64) @ Y
-    X = np.log(rng.random(eta.shape)) < log_lik_entries(True, eta, params)
-    return IBPData(X=X, Z=Z, A=Y)
+    return IBPData(X=noisy_or_x(Z, Y, params, rng), Z=Z, A=Y)
 
 
 def zzt_error(expected_zzt: np.ndarray, Z_true: np.ndarray) -> float:

@@ -81,8 +81,7 @@ def pf_linear_gaussian_step(block: LGParticles, x: np.ndarray, alpha: float, sig
     Resampling is the caller's job (``resampling``), across all blocks.
     """
     grown, (particle, feature, _) = propose_ibp_row(block, alpha, rng)
-    S = grown.S.copy()
-    S[particle, :, feature, feature] = sigma_a ** 2
+    grown.S[particle, :, feature, feature] = sigma_a ** 2
     z = grown.Z[:, grown.n_rows - 1].astype(np.float64)
-    log_w, M, S = kalman_row_update(z, grown.M, S, np.asarray(x, np.float64), sigma_x, observed)
+    log_w, M, S = kalman_row_update(z, grown.M, grown.S, np.asarray(x, np.float64), sigma_x, observed)
     return dataclasses.replace(grown, M=M, S=S), log_w

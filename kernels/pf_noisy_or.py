@@ -14,7 +14,6 @@ int64, Y (L, Kc, D) bool (zero rows for padding).
 
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass
 from typing import ClassVar
 
@@ -72,21 +71,29 @@ def sample_new_feature_rows(x: np.ndarray, eta: np.ndarray, n_new: np.ndarray, p
     Per column d the new entries are exchangeable, so their number of ones c is drawn from
     P(c) prop. to Binom(c; K_new, p) P(x_id | eta_d + c) and the c ones are put at uniformly random
     new rows. x (D,), eta (L, D), n_new (L,); returns (L, max K_new, D) bool, rows j >= K_new_l zero.
+    Only particles with K_new > 0 cost anything.
     """
     top = int(n_new.max(initial=0))
+    out = np.zeros((n_new.size, top, x.size), bool)
+    has = np.flatnonzero(n_new)
+    if has.size == 0:
+        return out
     c = np.arange(top + 1)
-    nn = n_new[:, None, None]
+    nn = n_new[has, None, None]
     log_binom = gammaln(nn + 1) - gammaln(c + 1) - gammaln(np.maximum(nn - c, 0) + 1) \
         + c * np.log(params.p) + (nn - c) * np.log1p(-params.p)
-    log_lik = log_lik_entries(x[:, None], eta[..., None] + c, params)
+    log_lik = log_lik_entries(x[:, None], eta[has, :, None] + c, params)
     if observed is not None:
         log_lik = np.where(observed[:, None], log_lik, 0.0)
-    log_post = np.where(c <= nn, log_binom + log_lik, -np.inf)                    # (L, D, top+1)
+    log_post = np.where(c <= nn, log_binom + log_lik, -np.inf)                    # (L', D, top+1)
     cdf = np.cumsum(np.exp(log_post - log_post.max(axis=-1, keepdims=True)), axis=-1)
-    count = (rng.random(cdf.shape[:2])[..., None] * cdf[..., -1:] >= cdf).sum(axis=-1)  # (L, D)
-    keys = np.where(np.arange(top)[None, None, :] < nn, rng.random(count.shape + (top,)), np.inf)
-    rank = keys.argsort(axis=-1).argsort(axis=-1)
-    return (rank < count[..., None]).transpose(0, 2, 1)
+    count = (rng.random(cdf.shape[:2])[..., None] * cdf[..., -1:] >= cdf).sum(axis=-1)  # (L', D)
+    n = nn[:, :, 0]
+    for j in range(top):                 # selection sampling: a uniform subset of size count
+        pick = (rng.random(count.shape) * (n - j) < count) & (j < n)
+        out[has, j] = pick
+        count = count - pick
+    return out
 
 
 def pf_noisy_or_step(block: NoisyORParticles, x: np.ndarray, alpha: float, params: NoisyORParams,
@@ -102,8 +109,7 @@ def pf_noisy_or_step(block: NoisyORParticles, x: np.ndarray, alpha: float, param
     grown, (particle, feature, j) = propose_ibp_row(block, alpha, rng)
     z = grown.Z[:, grown.n_rows - 1]
     k_new = np.bincount(particle, minlength=grown.n_particles)
-    eta = np.einsum("lk,lkd->ld", z, grown.Y, dtype=np.int64)   # new rows of Y are still zero
+    eta = (grown.Y & z[:, :, None]).sum(axis=1)                  # new rows of Y are still zero
     log_w = row_log_lik(x, eta, params, k_new[:, None], observed)
-    Y = grown.Y.copy()
-    Y[particle, feature] = sample_new_feature_rows(x, eta, k_new, params, rng, observed)[particle, j]
-    return dataclasses.replace(grown, Y=Y), log_w
+    grown.Y[particle, feature] = sample_new_feature_rows(x, eta, k_new, params, rng, observed)[particle, j]
+    return grown, log_w

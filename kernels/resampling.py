@@ -92,6 +92,11 @@ def class_distribution(Z: np.ndarray, weights: np.ndarray) -> dict[bytes, float]
     return out
 
 
+def total_variation(p: dict[bytes, float], q: dict[bytes, float]) -> float:
+    """Total-variation distance between two distributions over IBP classes (to compare samplers)."""
+    return 0.5 * sum(abs(p.get(k, 0.0) - q.get(k, 0.0)) for k in p.keys() | q.keys())
+
+
 def class_mean_features(Z: np.ndarray, M: np.ndarray, key: bytes) -> np.ndarray | None:
     """E[A | [Z] = key, X] (K+ x D), features in left-ordered form, or None if no particle is in the class.
 

@@ -1,0 +1,178 @@
+"""Gibbs baselines for the IBP models (SPEC 3.4; Griffiths & Ghahramani 2005; Wood et al. 2006)."""
+
+import itertools
+
+import numpy as np
+import pytest
+from scipy import stats
+from scipy.special import logsumexp
+
+from buffet.kernels import gibbs_linear_gaussian as lg
+from buffet.kernels import gibbs_noisy_or as no
+from buffet.kernels.ibp_prior import class_key, exact_class_posterior, harmonic_number, ibp_log_prob, sample_alpha
+from buffet.kernels.ibp_synthetic import image_data, linear_gaussian_x, noisy_or_x
+from buffet.kernels.pf_noisy_or import NoisyORParams
+from buffet.kernels.resampling import total_variation
+
+TINY_Z = np.array([[1, 0], [1, 1], [0, 1]], bool)
+
+
+def _chain_class_frequencies(sweep, state, n_sweeps, burn_in=100):
+    """Frequencies of the IBP classes of Z visited by a chain."""
+    counts = {}
+    for s in range(burn_in + n_sweeps):
+        state = sweep(state)
+        if s >= burn_in:
+            key = class_key(state.Z)
+            counts[key] = counts.get(key, 0) + 1.0 / n_sweeps
+    return counts, state
+
+
+def _columns_marginal_log_lik(X, Z, sigma_x, sigma_a, observed):
+    """Brute force for eq. 6: every column of X ~ N(0, sigma_A^2 Z Z^T + sigma_X^2 I) on its observed rows."""
+    C = sigma_a ** 2 * Z @ Z.T + sigma_x ** 2 * np.eye(X.shape[0])
+    return sum(stats.multivariate_normal(np.zeros(o.sum()), C[np.ix_(o, o)]).logpdf(x[o]) if o.any() else 0.0
+               for x, o in zip(X.T, observed.T))
+
+
+# --- linear-Gaussian --------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("k", [0, 1, 3])
+@pytest.mark.parametrize("masked", [False, True])
+def test_collapsed_likelihood_eq6_equals_n_by_n_gaussian(k, masked):
+    rng = np.random.default_rng(k)
+    X = rng.normal(size=(7, 5))
+    Z = (rng.random((7, k)) < 0.5).astype(float)
+    observed = rng.random(X.shape) > 0.3 if masked else np.ones(X.shape, bool)
+    expected = _columns_marginal_log_lik(X, Z, 0.6, 1.4, observed)
+    mask = observed if masked else None
+    assert lg.collapsed_log_likelihood(X, Z, 0.6, 1.4, mask) == pytest.approx(expected, abs=1e-8)
+    # all-zero columns change nothing (they are how the sampler keeps spare features)
+    padded = np.hstack([Z, np.zeros((7, 2))])
+    assert lg.collapsed_log_likelihood(X, padded, 0.6, 1.4, mask) == pytest.approx(expected, abs=1e-8)
+
+
+def test_lg_gibbs_matches_exact_class_posterior():
+    rng = np.random.default_rng(1)
+    alpha, sx, sa = 0.7, 0.4, 1.0
+    X = linear_gaussian_x(TINY_Z, rng.normal(size=(2, 6)) * sa, sx, rng)
+    exact = exact_class_posterior(3, 7, alpha, lambda Z: lg.collapsed_log_likelihood(X, Z, sx, sa))
+    start = lg.LGGibbsState(np.zeros((3, 0), bool), alpha, sx, sa)
+    freq, state = _chain_class_frequencies(lambda s: lg.gibbs_sweep(X, s, rng, lg.FIXED), start, 20000)
+    assert total_variation(exact, freq) < 0.05
+    assert (state.alpha, state.sigma_x, state.sigma_a) == (alpha, sx, sa)
+
+
+def test_lg_gibbs_with_missing_entries_matches_exact_class_posterior():
+    """Missing entries are imputed each sweep; the class posterior is that of the observed entries."""
+    rng = np.random.default_rng(1)
+    alpha, sx, sa = 0.7, 0.4, 1.0
+    X = linear_gaussian_x(TINY_Z, rng.normal(size=(2, 6)) * sa, sx, rng)
+    observed = np.ones(X.shape, bool)
+    observed[[0, 1, 2], [1, 4, 0]] = False
+    X[~observed] = np.nan
+    exact = exact_class_posterior(3, 7, alpha, lambda Z: lg.collapsed_log_likelihood(X, Z, sx, sa, observed))
+    start = lg.LGGibbsState(np.zeros((3, 0), bool), alpha, sx, sa)
+    freq, state = _chain_class_frequencies(lambda s: lg.gibbs_sweep(X, s, rng, lg.FIXED, observed=observed),
+                                           start, 20000)
+    assert total_variation(exact, freq) < 0.05
+    assert state.imputed.shape == (3,) and np.isfinite(state.imputed).all()
+
+
+def test_sigma_moves_leave_the_exact_posterior_invariant():
+    """Z fixed: the chain of sample_features + sample_sigmas has the posterior means of log sigma_X and
+    log sigma_A found by numerical integration of p(X | Z, sigmas) p(sigmas) (Gamma(2, 1) priors on
+    the precisions)."""
+    rng = np.random.default_rng(2)
+    Z = np.array([[1, 0], [1, 1], [0, 1], [1, 0], [0, 0], [1, 1]], bool)
+    X = linear_gaussian_x(Z, rng.normal(size=(2, 3)), 0.5, rng)
+    prior = lg.LGHyperPrior(alpha=None, tau_x=(2.0, 1.0), tau_a=(2.0, 1.0))
+    # grid over u = log tau_x, v = log tau_a; eigenbasis of Z Z^T makes the columns' likelihood diagonal
+    lam, U = np.linalg.eigh(Z @ Z.T.astype(float))
+    y2 = ((U.T @ X) ** 2).sum(axis=1)
+    u = np.linspace(-4, 6, 400)[:, None, None]
+    v = np.linspace(-5, 5, 400)[None, :, None]
+    var = np.exp(-v) * lam + np.exp(-u)
+    log_post = (-0.5 * (X.shape[1] * np.log(var) + y2 / var).sum(axis=2)
+                + (stats.gamma(2.0).logpdf(np.exp(u)) + u + stats.gamma(2.0).logpdf(np.exp(v)) + v)[..., 0])
+    post = np.exp(log_post - logsumexp(log_post))
+    exact = (-0.5 * (post * u[..., 0]).sum(), -0.5 * (post * v[..., 0]).sum())   # E log sigma = -E log tau / 2
+    state = lg.LGGibbsState(Z, 1.0, 1.0, 1.0)
+    draws = []
+    for _ in range(20000):
+        A = lg.sample_features(X, Z, state.sigma_x, state.sigma_a, rng)
+        state = lg.sample_sigmas(X, state, A, prior, rng)
+        draws.append((np.log(state.sigma_x), np.log(state.sigma_a)))
+    batches = np.array(draws).reshape(40, 500, 2).mean(axis=1)
+    se = batches.std(axis=0, ddof=1) / np.sqrt(40)
+    assert np.all(np.abs(batches.mean(axis=0) - exact) < 4 * se + 2e-3)
+
+
+def test_alpha_update_is_the_conjugate_gamma():
+    rng = np.random.default_rng(3)
+    draws = [sample_alpha(5, 20, 2.0, 1.5, rng) for _ in range(4000)]
+    posterior = stats.gamma(2.0 + 5, scale=1.0 / (1.5 + harmonic_number(20)))
+    assert stats.kstest(draws, posterior.cdf).pvalue > 1e-3
+
+
+def test_lg_gibbs_on_figure3_images_learns_the_noise_and_the_features():
+    rng = np.random.default_rng(0)
+    data = image_data(rng)
+    state = lg.LGGibbsState(np.zeros((100, 0), bool), 1.0, 1.0, 1.0)
+    start = lg.log_joint(data.X, state)
+    sigma_x, k_plus = [], []
+    for s in range(250):
+        state = lg.gibbs_sweep(data.X, state, rng)
+        if s >= 50:
+            sigma_x.append(state.sigma_x)
+            k_plus.append(state.Z.shape[1])
+    assert abs(np.mean(sigma_x) - 0.5) < 0.03
+    assert 4 <= np.median(k_plus) <= 6
+    assert lg.log_joint(data.X, state) > start + 1000
+    assert state.Z.dtype == bool and state.Z.any(axis=0).all()
+
+
+# --- noisy-OR ---------------------------------------------------------------------------------------------
+
+def test_noisy_or_marginal_equals_sum_over_every_y():
+    rng = np.random.default_rng(4)
+    params = NoisyORParams(p=0.3, lam=0.7, eps=0.1)
+    Z = np.array([[1, 0], [1, 1], [0, 1]], bool)
+    X = rng.random((3, 3)) < 0.5
+    observed = np.array([[1, 1, 0], [1, 1, 1], [0, 1, 1]], bool)
+    total = 0.0
+    for bits in itertools.product([0, 1], repeat=Z.shape[1] * X.shape[1]):
+        Y = np.array(bits).reshape(Z.shape[1], X.shape[1])
+        p_on = 1 - (1 - params.eps) * (1 - params.lam) ** (Z.astype(int) @ Y)
+        lik = np.where(observed, np.where(X, p_on, 1 - p_on), 1.0).prod()
+        total += params.p ** Y.sum() * (1 - params.p) ** (Y.size - Y.sum()) * lik
+    assert no.collapsed_log_likelihood(X, Z, params, observed) == pytest.approx(np.log(total), abs=1e-10)
+
+
+def test_noisy_or_gibbs_matches_exact_class_posterior_with_missing_entries():
+    rng = np.random.default_rng(0)
+    params = NoisyORParams(p=0.5, lam=0.8, eps=0.1)
+    X = noisy_or_x(TINY_Z, rng.random((2, 7)) < params.p, params, rng)
+    observed = np.ones(X.shape, bool)
+    observed[[0, 2], [3, 5]] = False
+    exact = exact_class_posterior(3, 7, 0.5, lambda Z: no.collapsed_log_likelihood(X, Z, params, observed))
+    start = no.NoisyORGibbsState(np.zeros((3, 0), bool), np.zeros((0, 7), bool), 0.5)
+    freq, state = _chain_class_frequencies(
+        lambda s: no.gibbs_sweep(X, s, params, rng, observed, alpha_prior=None), start, 15000)
+    assert total_variation(exact, freq) < 0.05
+    assert state.Y.shape == (state.Z.shape[1], 7) and state.Z.any(axis=0).all()
+
+
+
+def test_noisy_or_log_joint_is_prior_plus_likelihood():
+    rng = np.random.default_rng(6)
+    params = NoisyORParams(p=0.2, lam=0.85, eps=0.03)
+    Z = np.array([[1, 0, 1], [0, 1, 1], [1, 1, 0], [0, 0, 1]], bool)
+    Y = rng.random((3, 5)) < 0.4
+    X = rng.random((4, 5)) < 0.5
+    observed = rng.random((4, 5)) > 0.2
+    p_on = 1 - (1 - params.eps) * (1 - params.lam) ** (Z.astype(int) @ Y)
+    direct = (ibp_log_prob(Z, 1.3) + np.log(np.where(Y, params.p, 1 - params.p)).sum()
+              + np.log(np.where(X, p_on, 1 - p_on))[observed].sum())
+    state = no.NoisyORGibbsState(Z, Y, 1.3)
+    assert no.log_joint(X, state, params, observed) == pytest.approx(direct, abs=1e-10)
