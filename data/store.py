@@ -21,7 +21,7 @@ import shutil
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator, Sequence
+from typing import Sequence
 
 import numpy as np
 import scipy.sparse as sp
@@ -358,8 +358,3 @@ class DenseWriter:
     def finish(self) -> tuple[int, int]:
         """The matrix shape."""
         return int(self.X.shape[0]), int(self.X.shape[1])
-
-
-def iter_row_chunks(ds: Dataset, rows_per_chunk: int | None = None) -> Iterator[CSRRows | DenseRows]:
-    for r0, r1 in ds.row_bounds(rows_per_chunk):
-        yield ds.read_rows(r0, r1)

@@ -3,6 +3,7 @@
 import numpy as np
 import pytest
 
+from buffet.data.errors import UserError
 from buffet.pipeline.bnmf import BNMFConfig
 from buffet.pipeline.bnmf_outputs import topic_word
 from buffet.pipeline.estimator import BayesianNMF
@@ -74,3 +75,17 @@ def test_same_seed_same_topics_on_1_and_2_workers_and_other_chunkings(tmp_path, 
         assert np.abs(topics - runs[0][0]).max() <= 1e-10
         held = [r["heldout_ll"] for r in trace if "heldout_ll" in r]
         np.testing.assert_allclose(held, [r["heldout_ll"] for r in runs[0][1] if "heldout_ll" in r], atol=1e-10)
+
+
+def test_params_round_trip_and_bad_settings_are_refused():
+    model = BayesianNMF(n_topics=7, batch_size=50)
+    params = model.get_params()
+    assert params["n_topics"] == 7 and params["batch_size"] == 50 and params["mode"] == "svi"
+    assert model.set_params(mode="batch", max_iter=3).get_params()["mode"] == "batch"
+    assert BayesianNMF(**params).get_params() == params
+    with pytest.raises(UserError, match="kappa"):
+        model.set_params(kappa=0.3)
+    with pytest.raises(UserError, match="n_topics"):
+        BayesianNMF(n_topics=0)
+    with pytest.raises(UserError, match="not fitted"):
+        BayesianNMF().transform(np.ones((2, 3)))
