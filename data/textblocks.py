@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import gzip
 import os
+import sys
+import time
 import zlib
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,6 +24,7 @@ from buffet.data.errors import InputError
 
 PathLike = str | os.PathLike
 DEFAULT_BLOCK_BYTES = 1 << 24
+PROGRESS_SECONDS = 5.0
 _WHITESPACE = b" \t\r\n\x0b\x0c"
 _IS_SPACE = np.zeros(256, dtype=bool)
 _IS_SPACE[list(_WHITESPACE)] = True
@@ -99,9 +102,18 @@ class TextSource:
         return None
 
     def blocks(self, block_bytes: int = DEFAULT_BLOCK_BYTES) -> Iterator[Block]:
-        """The rest of the file in blocks of about ``block_bytes``, each made of whole lines."""
+        """The rest of the file in blocks of about ``block_bytes``, each made of whole lines.
+
+        A long read reports the lines read so far on stderr every ``PROGRESS_SECONDS``.
+        """
         carry = b""
+        started = last_report = time.perf_counter()
         while chunk := self._guard(self.fh.read, block_bytes):
+            now = time.perf_counter()
+            if now - last_report >= PROGRESS_SECONDS:
+                print(f"ingest {self.path.name}: {self.line:,} lines read in {now - started:.0f}s",
+                      file=sys.stderr, flush=True)
+                last_report = now
             buf = carry + chunk
             cut = buf.rfind(b"\n") + 1
             carry = buf[cut:]
