@@ -32,7 +32,7 @@ class ModelSpec:
 
 
 MODELS: dict[str, ModelSpec] = {}
-MODEL_MODULES = ("buffet.pipeline.bnmf_outputs", "buffet.pipeline.imf_outputs")
+MODEL_MODULES = ("buffet.pipeline.bnmf_outputs", "buffet.pipeline.imf_outputs", "buffet.pipeline.ibp_outputs")
 
 
 def register(name: str, spec: ModelSpec) -> None:
