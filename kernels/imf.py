@@ -28,6 +28,8 @@ Choosing K+ (SPEC 3.1) uses chunk-local pieces plus small client steps: ``residu
 sums R^T R and sum_i r_i reduced, ``residual_directions`` on the client, projections p = R v per
 chunk, ``orient_and_split`` on the gathered p (one float per row), ``new_feature_column`` per chunk;
 ``keep_features`` / ``select_features`` prune features whose reduced sum_i nu_ik is too small.
+Row and column offsets (an extension of the paper's model, ``remove_offsets``) are fitted the same
+way: ``row_offsets`` per chunk, ``column_offset_stats`` reduced, ``column_offsets`` on the client.
 ``fit_in_memory`` is the reference driver on the whole matrix as one chunk.
 """
 
@@ -386,6 +388,45 @@ def select_features(post: Post, keep: np.ndarray, axes: dict[str, tuple[int, ...
         for axis in key_axes:
             out[key] = np.compress(keep, out[key], axis=axis)
     return out
+
+
+# ----------------------------------------------------------------------------- offsets (extension)
+
+
+def row_offsets(x: np.ndarray, mask: np.ndarray | None, col_offsets: np.ndarray, reg: float) -> np.ndarray:
+    """b_i = sum_{j in Omega_i} (x_ij - c_j) / (|Omega_i| + reg): the ridge (MAP) row offsets given the
+    column offsets c (extension of SPEC 3.1, see ``remove_offsets``); 0 for a row with nothing observed."""
+    observed = np.ones(x.shape, dtype=bool) if mask is None else mask
+    resid = np.where(observed, x - col_offsets[None, :], 0.0)
+    return resid.sum(axis=1) / (observed.sum(axis=1) + reg)
+
+
+def column_offset_stats(x: np.ndarray, mask: np.ndarray | None, row_offsets: np.ndarray) -> Stats:
+    """A chunk's additive sums for the column offsets: ``col_resid`` (D,) sum_{i in Omega_j} (x_ij - b_i)
+    and ``col_count`` (D,) |Omega_j| over the chunk's rows."""
+    observed = np.ones(x.shape, dtype=bool) if mask is None else mask
+    resid = np.where(observed, x - row_offsets[:, None], 0.0)
+    return {"col_resid": resid.sum(axis=0), "col_count": observed.sum(axis=0).astype(np.float64)}
+
+
+def column_offsets(stats: Stats, mean: float, reg: float) -> np.ndarray:
+    """c_j = mean + sum_{i in Omega_j} (x_ij - b_i - mean) / (|Omega_j| + reg) from the reduced
+    ``column_offset_stats``: ridge (MAP) column offsets around the observed ``mean`` given the row offsets."""
+    return mean + (stats["col_resid"] - mean * stats["col_count"]) / (stats["col_count"] + reg)
+
+
+def remove_offsets(x: np.ndarray, mask: np.ndarray | None, row_off: np.ndarray,
+                   col_off: np.ndarray) -> np.ndarray:
+    """x_ij - b_i - c_j on the observed entries, 0 where missing.
+
+    Extension of the paper's model (not in paper 000 or SPEC 3.1): x_ij ~ N(b_i + c_j + z_i . a_j, 1/eta_X)
+    with row and column offsets fitted first, as MAP estimates under Gaussian priors (alternating
+    ``row_offsets`` and ``column_offsets``), and held fixed while IMF/INMF fits the centred data. Binary
+    data with rows of very different density (role mining) are ranked by these offsets where z_i . a_j
+    cannot tell entries apart, e.g. in rows with no observed one.
+    """
+    centred = x - row_off[:, None] - col_off[None, :]
+    return centred if mask is None else np.where(mask, centred, 0.0)
 
 
 # ----------------------------------------------------------------------------- in-memory driver

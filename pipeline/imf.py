@@ -8,6 +8,12 @@ When L stops changing, the state is compared with the best so far and, unless gr
 stopped paying, one feature is added: chunks reduce the residual's Gram matrix, the client
 finds its leading direction, chunks project onto it, and the split of the projections
 initialises the new column of q(z).
+
+With ``offset_reg`` set (an extension of the paper's model, ``kernels.imf.remove_offsets``), row
+and column offsets are fitted first by alternating ridge updates (row offsets on the chunks,
+column offsets from reduced sums), the training blocks are centred by them, and predictions add
+them back. They are a deterministic function of the training entries, so a resumed run refits
+them instead of storing them.
 """
 
 from __future__ import annotations
@@ -26,10 +32,16 @@ from buffet.pipeline.blocks import resolve, row_ranges
 from buffet.pipeline.executors import Executor, pick, tree_reduce
 from buffet.pipeline.runstore import RunStore
 
+OFFSET_SWEEPS = 20  # alternations of row and column offsets (ridge ALS converges in a few)
+
 
 @dataclass
 class IMFConfig:
-    """Settings of an IMF fit. ``alpha`` None learns alpha under its Gamma hyperprior (SPEC 3.1)."""
+    """Settings of an IMF fit. ``alpha`` None learns alpha under its Gamma hyperprior (SPEC 3.1).
+
+    ``offset_reg`` None fits the paper's model; a value lambda > 0 first fits row and column offsets
+    (ridge strength lambda) and factorises what they leave (extension, ``kernels.imf.remove_offsets``).
+    """
 
     max_k: int = 20
     alpha: float | None = None
@@ -41,13 +53,15 @@ class IMFConfig:
     patience: int = 1
     checkpoint_every: int = 50
     split: str | None = "heldout"
+    offset_reg: float | None = None
 
     def check(self) -> None:
         for name in ("max_k", "chunk_rows", "max_iter", "patience", "checkpoint_every"):
             if getattr(self, name) < 1:
                 raise UserError(f"{name} must be >= 1, got {getattr(self, name)}")
-        if self.alpha is not None and self.alpha <= 0:
-            raise UserError(f"alpha must be > 0, got {self.alpha}")
+        for name in ("alpha", "offset_reg"):
+            if getattr(self, name) is not None and getattr(self, name) <= 0:
+                raise UserError(f"{name} must be > 0, got {getattr(self, name)}")
 
     def model(self) -> imf.Model:
         return imf.IMF
@@ -87,6 +101,18 @@ def load_training_rows(source: str, r0: int, r1: int, split: str | None) -> Dens
     return DenseRows(rows.X, mask)
 
 
+def row_offsets_task(rows: DenseRows, col_off: np.ndarray, reg: float) -> np.ndarray:
+    return imf.row_offsets(rows.X, rows.mask, col_off, reg)
+
+
+def column_offset_stats_task(rows: DenseRows, row_off: np.ndarray) -> dict:
+    return imf.column_offset_stats(rows.X, rows.mask, row_off)
+
+
+def centre_task(rows: DenseRows, row_off: np.ndarray, col_off: np.ndarray) -> DenseRows:
+    return DenseRows(imf.remove_offsets(rows.X, rows.mask, row_off, col_off), rows.mask)
+
+
 def empty_nu_task(rows: DenseRows) -> np.ndarray:
     return np.zeros((rows.n_rows, 0))
 
@@ -116,12 +142,14 @@ def extend_task(nu: np.ndarray, p: np.ndarray, sign: float, threshold: float) ->
     return np.column_stack([nu, imf.new_feature_column(p, sign, threshold)])
 
 
-def predict_task(source: str, r0: int, r1: int, split: str, nu: np.ndarray, m: np.ndarray) -> tuple:
-    """Posterior-mean predictions E[z_i] E[a_j] and truths for the held-out entries of the rows."""
+def predict_task(source: str, r0: int, r1: int, split: str, nu: np.ndarray, m: np.ndarray,
+                 row_off: np.ndarray, col_off: np.ndarray) -> tuple:
+    """Posterior-mean predictions b_i + c_j + E[z_i] E[a_j] and truths for the held-out entries of the
+    rows (offsets b, c are 0 unless fitted)."""
     ds = resolve(source)
     test = ds.read_split_rows(split, "test_mask", r0, r1)
     X = ds.read_rows(r0, r1).X
-    return (nu @ m.T)[test], X[test]
+    return (nu @ m.T + row_off[:, None] + col_off[None, :])[test], X[test]
 
 
 def write_rows_task(values: np.ndarray, path: str, name: str, r0: int) -> None:
@@ -162,12 +190,33 @@ class IMFDriver:
         self.ranges = row_ranges(ds.n_rows, self.config.chunk_rows)
         self.blocks = [self.executor.submit(load_training_rows, self.source, r0, r1, self.split)
                        for r0, r1 in self.ranges]
+        self.row_off: list = [np.zeros(r1 - r0) for r0, r1 in self.ranges]
+        self.col_off = np.zeros(ds.n_cols)
+        if self.config.offset_reg is not None:
+            self._fit_offsets(self.config.offset_reg)
         self.nu: list = []
         self._t_start = time.perf_counter()
 
     @property
     def k_plus(self) -> int:
         return int(self.post["m"].shape[1])
+
+    def _fit_offsets(self, reg: float) -> None:
+        """Row and column offsets by alternating ridge updates, then centre the training blocks."""
+        def column_sums(row_off: list) -> dict:
+            return self.executor.gather(tree_reduce(self.executor, [
+                self.executor.submit(column_offset_stats_task, b, r) for b, r in zip(self.blocks, row_off)]))
+
+        sums = column_sums(self.row_off)
+        mean = float(sums["col_resid"].sum() / max(sums["col_count"].sum(), 1.0))
+        col_off = np.full(self.col_off.shape, mean)
+        for _ in range(OFFSET_SWEEPS):
+            col = self.executor.broadcast(col_off)
+            row_off = [self.executor.submit(row_offsets_task, b, col, reg) for b in self.blocks]
+            col_off = imf.column_offsets(column_sums(row_off), mean, reg)
+        self.row_off, self.col_off = self.executor.gather(row_off), col_off
+        col = self.executor.broadcast(col_off)
+        self.blocks = [self.executor.submit(centre_task, b, r, col) for b, r in zip(self.blocks, self.row_off)]
 
     def _reduce_stats(self) -> dict:
         parts = [self.executor.submit(stats_task, b, nu) for b, nu in zip(self.blocks, self.nu)]
@@ -282,6 +331,8 @@ class IMFDriver:
         if not self.split:
             raise UserError(f"{self.source}: no held-out entries to evaluate (ingest with --holdout)")
         m = self.executor.broadcast(self.post["m"])
+        col = self.executor.broadcast(self.col_off)
         parts = self.executor.gather([self.executor.submit(predict_task, self.source, r0, r1, self.split,
-                                                           nu, m) for nu, (r0, r1) in zip(self.nu, self.ranges)])
+                                                           nu, m, row_off, col)
+                                      for nu, row_off, (r0, r1) in zip(self.nu, self.row_off, self.ranges)])
         return np.concatenate([p for p, _ in parts]), np.concatenate([t for _, t in parts])

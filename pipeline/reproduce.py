@@ -16,7 +16,7 @@ from buffet.data.errors import UserError
 
 Experiment = Callable[[Path, int, bool], list[Path]]
 EXPERIMENTS: dict[str, Experiment] = {}
-EXPERIMENT_MODULES: tuple[str, ...] = ()
+EXPERIMENT_MODULES: tuple[str, ...] = ("buffet.pipeline.reproduce_roles", "buffet.pipeline.reproduce_ibp", "buffet.pipeline.reproduce_cf", "buffet.pipeline.reproduce_particles")
 
 
 def register(name: str, experiment: Experiment) -> None:

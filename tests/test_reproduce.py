@@ -1,0 +1,109 @@
+"""`buffet reproduce` experiments (issue 3 item 4), their baselines and the IMF offsets extension."""
+
+import numpy as np
+import pytest
+
+from buffet.data.arrays import from_array
+from buffet.data.splits import add_split, holdout_entries
+from buffet.kernels import baselines, imf
+from buffet.kernels.ibp_images import make_images
+from buffet.pipeline.cli import main
+from buffet.pipeline.imf import OFFSET_SWEEPS, IMFConfig
+from buffet.pipeline.imf_outputs import auc
+from buffet.pipeline.reproduce_common import fit_engine
+
+EXPECTED_FILES = {
+    "ibp-evidence": ("ibp_evidence.md", "ibp_evidence.csv", "ibp_evidence.png"),
+    "role-mining": ("role_mining.md", "role_mining.csv", "role_mining_splits.csv", "role_mining_auc.png"),
+    "collaborative-filtering": ("collaborative_filtering.md", "collaborative_filtering.csv",
+                                "collaborative_filtering_repeats.csv", "collaborative_filtering_nmae.png"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(EXPECTED_FILES))
+def test_quick_experiment_writes_its_table_and_figures(tmp_path, capsys, name):
+    assert main(["reproduce", name, "--out", str(tmp_path), "--seeds", "1", "--quick"]) == 0
+    for file in EXPECTED_FILES[name]:
+        assert (tmp_path / file).stat().st_size > 0
+    for png in tmp_path.glob("*.png"):
+        assert png.read_bytes()[:4] == b"\x89PNG"
+    assert "paper" in capsys.readouterr().out
+
+
+def test_svd_factors_give_the_truncated_svd():
+    rng = np.random.default_rng(0)
+    for shape in ((30, 12), (12, 30)):
+        x = rng.standard_normal(shape)
+        u, s, vt = np.linalg.svd(x, full_matrices=False)
+        left, right = baselines.svd_factors(x, 5)
+        np.testing.assert_allclose(baselines.low_rank(left, right, 3), (u[:, :3] * s[:3]) @ vt[:3], atol=1e-10)
+
+
+def test_svd_imputation_is_plain_svd_when_nothing_is_missing():
+    x = np.random.default_rng(1).standard_normal((20, 15))
+    u, s, vt = np.linalg.svd(x, full_matrices=False)
+    np.testing.assert_allclose(baselines.svd_impute(x, np.ones(x.shape, bool), 4), (u[:, :4] * s[:4]) @ vt[:4],
+                               atol=1e-10)
+
+
+def test_svd_imputation_recovers_a_low_rank_matrix_with_missing_entries():
+    rng = np.random.default_rng(2)
+    x = rng.standard_normal((40, 2)) @ rng.standard_normal((2, 25))
+    mask = rng.random(x.shape) < 0.8
+    np.testing.assert_allclose(baselines.svd_impute(x, mask, 2, n_iter=500, tol=1e-12), x, atol=1e-4)
+
+
+def test_masked_nmf_objective_never_increases_and_ignores_missing_values():
+    rng = np.random.default_rng(3)
+    x = rng.random((25, 18))
+    mask = rng.random(x.shape) < 0.7
+    w, h, trace = baselines.masked_nmf(x, mask, 3, np.random.default_rng(0), n_iter=200, tol=0.0)
+    assert np.all(np.diff(trace) <= 1e-12 * trace[0]) and (w >= 0).all() and (h >= 0).all()
+    garbage = np.where(mask, x, 1e6)
+    w2, h2, _ = baselines.masked_nmf(garbage, mask, 3, np.random.default_rng(0), n_iter=200, tol=0.0)
+    np.testing.assert_allclose(w2 @ h2, w @ h)
+
+
+def test_popularity_auc_by_hand():
+    x = np.array([[1.0, 1.0, 0.0], [0.0, 1.0, 0.0], [1.0, 0.0, 0.0]])
+    mask = np.array([[True, True, False], [True, False, True], [False, True, True]])
+    # row rates 1, 0, 0 and column rates 0.5, 0.5, 0 on the observed entries
+    expected = np.array([[1.5, 1.5, 1.0], [0.5, 0.5, 0.0], [0.5, 0.5, 0.0]])
+    scores = baselines.popularity(x, mask)
+    np.testing.assert_allclose(scores, expected)
+    # held-out entries: (0,2)=0 score 1.0, (1,1)=1 score 0.5, (2,0)=1 score 0.5 -> every one below the zero
+    assert auc(scores[~mask], x[~mask]) == 0.0
+
+
+def test_biases_solve_the_ridge_problem():
+    rng = np.random.default_rng(4)
+    x = rng.standard_normal((12, 9))
+    mask = rng.random(x.shape) < 0.6
+    reg = 2.0
+    row, col = baselines.fit_biases(x, mask, reg, n_iter=500)
+    mean = x[mask].mean()
+    # the normal equations of sum_Omega (x - b_i - c_j)^2 + reg (|b|^2 + |c - mean|^2)
+    resid = np.where(mask, x - row[:, None] - col[None, :], 0.0)
+    np.testing.assert_allclose(resid.sum(axis=1), reg * row, atol=1e-8)
+    np.testing.assert_allclose(resid.sum(axis=0), reg * (col - mean), atol=1e-8)
+
+
+def test_imf_offsets_in_the_driver_equal_offsets_then_the_in_memory_reference(tmp_path):
+    x, _, _ = make_images(n_rows=40, noise_var=0.5, variant="four", seed=3)
+    x = x + np.linspace(0.0, 2.0, 40)[:, None]  # row offsets the paper's model has to spend features on
+    heldout = holdout_entries(np.ones(x.shape, bool), 0.1, 0)
+    ds = from_array(x, tmp_path / "x.zarr", "real", rows_per_chunk=16)
+    add_split(ds, "heldout", {"test_mask": heldout}, {"kind": "entries"})
+    config = IMFConfig(max_k=6, chunk_rows=16, tol=1e-7, max_iter=400, alpha=1.0, offset_reg=1.0)
+    fit = fit_engine(config, str(tmp_path / "x.zarr"))
+
+    row, col = baselines.fit_biases(x, ~heldout, 1.0, n_iter=OFFSET_SWEEPS)
+    centred = imf.remove_offsets(x, ~heldout, row, col)
+    reference = imf.fit_in_memory(centred, ~heldout, k_max=6, hyper=config.hyper(), n_candidates=1, tol=1e-7,
+                                  max_iter=400, prune_below=0.5)
+    expected = (reference.nu @ reference.post["m"].T + row[:, None] + col[None, :])[heldout]
+    assert fit.k_plus == reference.nu.shape[1]
+    np.testing.assert_allclose(fit.predictions, expected, atol=1e-8)
+    np.testing.assert_allclose(fit.truths, x[heldout])
+    without = fit_engine(IMFConfig(max_k=6, chunk_rows=16, alpha=1.0), str(tmp_path / "x.zarr"))
+    assert np.mean((fit.predictions - fit.truths) ** 2) < np.mean((without.predictions - without.truths) ** 2)
