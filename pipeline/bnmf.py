@@ -22,6 +22,7 @@ from buffet.pipeline.blocks import Source, kept_rows, read_block, read_row_set, 
 from buffet.pipeline.executors import Executor, pick, tree_reduce
 from buffet.pipeline.runstore import RunStore
 from buffet.pipeline.seeds import stream
+from buffet.pipeline.settings import require_counts
 
 EVAL_BLOCK_ROWS = 500
 
@@ -60,10 +61,8 @@ class BNMFConfig:
         """Refuse settings that cannot work, naming the setting."""
         if self.mode not in ("batch", "svi"):
             raise UserError(f"mode must be 'batch' or 'svi', got {self.mode!r}")
-        for name in ("n_topics", "batch_size", "passes", "max_iter", "max_sweeps", "chunk_rows",
-                     "eval_every", "checkpoint_every"):
-            if getattr(self, name) < 1:
-                raise UserError(f"{name} must be >= 1, got {getattr(self, name)}")
+        require_counts(self, ("n_topics", "batch_size", "passes", "max_iter", "max_sweeps", "chunk_rows",
+                              "eval_every", "checkpoint_every"))
         if not 0.5 < self.kappa <= 1.0:
             raise UserError(f"kappa must be in (0.5, 1], got {self.kappa}")
 

@@ -28,9 +28,10 @@ from buffet.kernels.pf_noisy_or import NoisyORParams
 from buffet.pipeline import ibp_summary
 from buffet.pipeline.blocks import Source
 from buffet.pipeline.executors import Executor, pick, tree_reduce
-from buffet.pipeline.particles import check_noisy_or, check_positive, read_dense_rows
+from buffet.pipeline.particles import check_noisy_or, read_dense_rows
 from buffet.pipeline.runstore import RunStore
 from buffet.pipeline.seeds import stream
+from buffet.pipeline.settings import require_counts, require_positive
 
 
 # ----- configs: the settings and the model-specific kernel calls -----
@@ -50,12 +51,10 @@ class GibbsConfig:
     BINARY: ClassVar[bool] = False
 
     def check(self) -> None:
-        for name in ("sweeps", "chains", "max_new", "checkpoint_every"):
-            if getattr(self, name) < 1:
-                raise UserError(f"{name} must be >= 1, got {getattr(self, name)}")
+        require_counts(self, ("sweeps", "chains", "max_new", "checkpoint_every"))
         if not 0.0 <= self.burn_in < 1.0:
             raise UserError(f"burn_in must be in [0, 1), got {self.burn_in}")
-        check_positive(self, ("alpha",))
+        require_positive(self, ("alpha",))
 
     @property
     def burn_sweeps(self) -> int:
@@ -91,7 +90,7 @@ class LGGibbsConfig(GibbsConfig):
 
     def check(self) -> None:
         super().check()
-        check_positive(self, ("sigma_x", "sigma_a"))
+        require_positive(self, ("sigma_x", "sigma_a"))
 
     def initial_state(self, n_rows: int, n_cols: int) -> lg_gibbs.LGGibbsState:
         return lg_gibbs.LGGibbsState(np.zeros((n_rows, 0), bool), self.alpha, self.sigma_x, self.sigma_a)

@@ -31,6 +31,7 @@ from buffet.kernels import imf, inmf
 from buffet.pipeline.blocks import resolve, row_ranges
 from buffet.pipeline.executors import Executor, pick, tree_reduce
 from buffet.pipeline.runstore import RunStore
+from buffet.pipeline.settings import require_counts, require_positive
 
 OFFSET_SWEEPS = 20  # alternations of row and column offsets (ridge ALS converges in a few)
 
@@ -56,12 +57,8 @@ class IMFConfig:
     offset_reg: float | None = None
 
     def check(self) -> None:
-        for name in ("max_k", "chunk_rows", "max_iter", "patience", "checkpoint_every"):
-            if getattr(self, name) < 1:
-                raise UserError(f"{name} must be >= 1, got {getattr(self, name)}")
-        for name in ("alpha", "offset_reg"):
-            if getattr(self, name) is not None and getattr(self, name) <= 0:
-                raise UserError(f"{name} must be > 0, got {getattr(self, name)}")
+        require_counts(self, ("max_k", "chunk_rows", "max_iter", "patience", "checkpoint_every"))
+        require_positive(self, ("alpha", "offset_reg"))
 
     def model(self) -> imf.Model:
         return imf.IMF

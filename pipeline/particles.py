@@ -39,6 +39,7 @@ from buffet.pipeline.blocks import Source, resolve
 from buffet.pipeline.executors import Executor, pick, tree_reduce
 from buffet.pipeline.runstore import RunStore
 from buffet.pipeline.seeds import stream
+from buffet.pipeline.settings import require_counts, require_positive
 
 
 def read_dense_rows(source: Source, binary: bool) -> DenseRows:
@@ -50,13 +51,6 @@ def read_dense_rows(source: Source, binary: bool) -> DenseRows:
     if binary:
         check_values("binary", rows.X, str(source), rows.mask)
     return rows
-
-
-def check_positive(config: object, names: tuple[str, ...]) -> None:
-    """Refuse settings ``names`` of ``config`` that are not > 0 (a UserError naming the setting)."""
-    for name in names:
-        if not getattr(config, name) > 0:
-            raise UserError(f"{name} must be > 0, got {getattr(config, name)}")
 
 
 def check_noisy_or(config: object) -> None:
@@ -82,10 +76,8 @@ class ParticleConfig:
     BLOCK_CLS: ClassVar[type] = ibp_prior.IBPParticles
 
     def check(self) -> None:
-        for name in ("particles", "blocks", "checkpoint_every"):
-            if getattr(self, name) < 1:
-                raise UserError(f"{name} must be >= 1, got {getattr(self, name)}")
-        check_positive(self, ("alpha",))
+        require_counts(self, ("particles", "blocks", "checkpoint_every"))
+        require_positive(self, ("alpha",))
 
     def empty_block(self, size: int, n_rows: int, n_cols: int, masked: bool) -> ibp_prior.IBPParticles:
         """A block of ``size`` particles with no rows yet (each model's config implements it)."""
@@ -112,7 +104,7 @@ class LGParticleConfig(ParticleConfig):
 
     def check(self) -> None:
         super().check()
-        check_positive(self, ("sigma_x", "sigma_a"))
+        require_positive(self, ("sigma_x", "sigma_a"))
 
     def empty_block(self, size: int, n_rows: int, n_cols: int, masked: bool) -> LGParticles:
         return init_lg_particles(size, n_rows, n_cols, per_column=masked)

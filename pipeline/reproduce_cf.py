@@ -26,7 +26,7 @@ from buffet.pipeline.imf import IMFConfig, INMFConfig
 from buffet.pipeline.imf_outputs import error_metrics
 from buffet.pipeline.plots import plt
 from buffet.pipeline.reproduce_common import (choose_k, choose_on_validation, fit_engine, markdown_table,
-                                              mean_std, write_csv, write_markdown, write_store)
+                                              mean_std, nmf_path, write_csv, write_markdown, write_store)
 from buffet.pipeline.seeds import stream
 
 MIN_USER_RATINGS = 50
@@ -100,15 +100,6 @@ def svd_path(x: np.ndarray, mask: np.ndarray, ks: Sequence[int], seed: int) -> I
     """Truncated SVD of the ratings with item-mean filling, one prediction array per K."""
     left, right = baselines.svd_factors(baselines.mean_fill(x, mask), max(ks))
     return (baselines.low_rank(left, right, k) for k in ks)
-
-
-def nmf_path(n_iter: int):
-    """Masked NMF on the observed ratings for each K."""
-    def path(x: np.ndarray, mask: np.ndarray, ks: Sequence[int], seed: int) -> Iterator[np.ndarray]:
-        for k in ks:
-            w, h, _ = baselines.masked_nmf(x, mask, k, np.random.default_rng([seed, k]), n_iter=n_iter)
-            yield w @ h
-    return path
 
 
 def bias_path(x: np.ndarray, mask: np.ndarray, ks: Sequence[int], seed: int) -> Iterator[np.ndarray]:

@@ -16,6 +16,7 @@ import numpy as np
 
 from buffet.data.arrays import from_array
 from buffet.data.splits import add_split
+from buffet.kernels import baselines
 from buffet.pipeline.executors import SyncExecutor
 from buffet.pipeline.fitloop import run_loop
 from buffet.pipeline.imf import IMFConfig, IMFDriver
@@ -104,3 +105,12 @@ def mean_std(values: Sequence[float]) -> tuple[float, float]:
     """Mean and (population) standard deviation, NaN for no values."""
     arr = np.asarray(values, dtype=np.float64)
     return (float(arr.mean()), float(arr.std())) if arr.size else (float("nan"), float("nan"))
+
+
+def nmf_path(n_iter: int):
+    """Masked NMF (observed entries only) for each K, ``n_iter`` multiplicative updates at most."""
+    def path(x: np.ndarray, mask: np.ndarray, ks: Sequence[int], seed: int) -> Iterator[np.ndarray]:
+        for k in ks:
+            w, h, _ = baselines.masked_nmf(x, mask, k, np.random.default_rng([seed, k]), n_iter=n_iter)
+            yield w @ h
+    return path

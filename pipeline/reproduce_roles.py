@@ -31,7 +31,7 @@ from buffet.pipeline.imf import IMFConfig, INMFConfig
 from buffet.pipeline.imf_outputs import auc
 from buffet.pipeline.plots import plt
 from buffet.pipeline.reproduce_common import (choose_k, choose_on_validation, fit_engine, markdown_table,
-                                              mean_std, write_csv, write_markdown, write_store)
+                                              mean_std, nmf_path, write_csv, write_markdown, write_store)
 
 DATA_DIR = Path(os.environ.get("BUFFET_ROLEMINING_DIR", "/work/shared/datasets/rolemining"))
 DATASETS = {"Domino": "domino.txt", "Firewall": "fire1.txt"}
@@ -84,15 +84,6 @@ def svd_impute_path(x: np.ndarray, mask: np.ndarray, ks: Sequence[int], seed: in
     for k in ks:
         recon = baselines.svd_impute(x, mask, k, start=recon, n_iter=50, tol=1e-4)
         yield recon
-
-
-def nmf_path(n_iter: int):
-    """Masked NMF (observed entries only) for each K, ``n_iter`` multiplicative updates at most."""
-    def path(x: np.ndarray, mask: np.ndarray, ks: Sequence[int], seed: int) -> Iterator[np.ndarray]:
-        for k in ks:
-            w, h, _ = baselines.masked_nmf(x, mask, k, np.random.default_rng([seed, k]), n_iter=n_iter)
-            yield w @ h
-    return path
 
 
 def popularity_path(x: np.ndarray, mask: np.ndarray, ks: Sequence[int], seed: int) -> Iterator[np.ndarray]:
