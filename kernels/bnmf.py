@@ -19,6 +19,7 @@ import scipy.sparse as sp
 from scipy.special import digamma, gammaln
 
 GROUP_BYTES = 4 << 20
+COMPACT_FRACTION = 0.75
 
 
 @dataclass(frozen=True)
@@ -44,8 +45,9 @@ class TopicView:
     beta_sum: np.ndarray       # (K,)   sum_v E beta_vk
 
     @classmethod
-    def from_params(cls, g: np.ndarray, h: np.ndarray) -> "TopicView":
-        return cls(np.exp(digamma(g) - np.log(h)), (g / h).sum(axis=0))
+    def from_params(cls, g: np.ndarray, h: np.ndarray, dtype=np.float64) -> "TopicView":
+        """``dtype=np.float32`` (opt-in) makes the local step sweep in single precision."""
+        return cls(np.exp(digamma(g) - np.log(h)).astype(dtype, copy=False), (g / h).sum(axis=0))
 
 
 @dataclass
@@ -71,31 +73,67 @@ def initial_shapes(indptr: np.ndarray, counts: np.ndarray, n_topics: int, hyper:
 
 
 def _padded_group(indptr: np.ndarray, indices: np.ndarray, counts: np.ndarray,
-                  docs: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Word ids, counts and CSR positions of ``docs`` as (g, L) arrays; padding has count 0
-    and position -1."""
+                  docs: np.ndarray, ws: _Workspace | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Word ids, counts and CSR positions of ``docs`` as (g, L) arrays; padding has word 0,
+    count 0 and position -1. With a workspace the arrays are views of its buffers."""
     starts, lengths = indptr[docs], indptr[docs + 1] - indptr[docs]
-    pos = np.arange(int(lengths.max()))
-    valid = pos[None, :] < lengths[:, None]
-    flat = np.where(valid, starts[:, None] + pos[None, :], -1)
-    safe = np.maximum(flat, 0)
-    return np.where(valid, indices[safe], 0), np.where(valid, counts[safe], 0.0), flat
+    n, L = len(docs), int(lengths.max())
+    ws = ws or _Workspace(n * L, n, indices.dtype, counts.dtype)
+    flat, words, x = ws.flat[:n * L].reshape(n, L), ws.words[:n * L].reshape(n, L), ws.x[:n * L].reshape(n, L)
+    np.add(starts[:, None], ws.arange[:L], out=flat)
+    pad = ws.arange[None, :L] >= lengths[:, None]
+    flat[pad] = 0
+    np.take(indices, flat, out=words, mode="clip")
+    np.take(counts, flat, out=x, mode="clip")
+    flat[pad], words[pad], x[pad] = -1, 0, 0.0
+    return words, x, flat
 
 
-def _sweep(B: np.ndarray, x: np.ndarray, a: np.ndarray, rate: np.ndarray,
-           a0: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+class _Workspace:
+    """Buffers a local step reuses for every group: the padded (g, L, K) block, the (g, L)
+    word/count/position/ratio arrays and the (g, K) shapes, so a sweep allocates nothing.
+
+    This matters on Dask workers, which run with MALLOC_TRIM_THRESHOLD_=65536: glibc hands
+    freed memory back at once and every large temporary is a fresh mmap that page-faults on
+    first touch. The previous kernel, which allocated per sweep and copied the block each
+    time a document converged, ran 8-9x slower there than in a plain process."""
+
+    def __init__(self, cells: int, rows: int, index_dtype=np.int64, count_dtype=np.float64, n_topics: int = 0,
+                 dtype=np.float64):
+        self.arange = np.arange(cells, dtype=np.int64)
+        self.flat, self.words = np.empty(cells, dtype=np.int64), np.empty(cells, dtype=index_dtype)
+        self.x, self.ratio = np.empty(cells, dtype=count_dtype), np.empty(cells, dtype=dtype)
+        self.B = np.empty(cells * n_topics, dtype=dtype)
+        self.rk = {name: np.empty(rows * n_topics, dtype=np.float64 if name in ("a0", "a1", "t", "diff") else dtype)
+                   for name in ("a0", "a1", "t", "diff") + (("t_lo", "s") if dtype != np.float64 else ())}
+
+    def rows_by_topics(self, name: str, n: int, k: int) -> np.ndarray:
+        return self.rk[name][:n * k].reshape(n, k)
+
+
+def _sweep(B: np.ndarray, x: np.ndarray, a: np.ndarray, rate: np.ndarray, a0: float,
+           t: np.ndarray, t_lo: np.ndarray, ratio: np.ndarray, s: np.ndarray, a_new: np.ndarray) -> None:
     """One update of p^(vd) then a_d for a padded group (eqs. 11.24 and 11.28).
 
-    Returns the new shapes, exp(E ln theta) used for p, and x / normaliser per word.
+    Writes exp(E ln theta) (used for p) into ``t``, x / normaliser per word into ``ratio`` and
+    the new shapes into ``a_new``; nothing is allocated. Padding rows of ``B`` hold ones (see
+    ``_fit_group``), so their normaliser is positive and their ratio exactly 0 without a mask.
+    In float64 ``t_lo`` is ``t`` and ``s`` is ``a_new``; with a float32 ``B`` they are float32
+    buffers for the two products, while ``a`` and ``t`` stay float64.
     """
-    t = np.exp(digamma(a)) / rate
-    phi = np.matmul(B, t[:, :, None])[:, :, 0]
-    ratio = x / np.where(x > 0, phi, 1.0)
-    a_new = a0 + t * np.matmul(ratio[:, None, :], B)[:, 0, :]
-    return a_new, t, ratio
+    digamma(a, out=t)
+    np.exp(t, out=t)
+    t /= rate
+    if t_lo is not t:
+        t_lo[...] = t
+    np.matmul(B, t_lo[:, :, None], out=ratio[:, :, None])
+    np.divide(x, ratio, out=ratio)
+    np.matmul(ratio[:, None, :], B, out=s[:, None, :])
+    np.multiply(s, t, out=a_new)
+    a_new += a0
 
 
-def _groups(lengths: np.ndarray, n_topics: int) -> list[np.ndarray]:
+def _groups(lengths: np.ndarray, n_topics: int, itemsize: int = 8) -> list[np.ndarray]:
     """Non-empty documents sorted by length, cut into groups whose padded (g, L, K) block
     stays near ``GROUP_BYTES`` (the longest document of a group sets L)."""
     order = np.argsort(lengths, kind="stable")
@@ -103,7 +141,7 @@ def _groups(lengths: np.ndarray, n_topics: int) -> list[np.ndarray]:
     groups, start = [], 0
     while start < len(order):
         stop = start + 1
-        while stop < len(order) and (stop + 1 - start) * lengths[order[stop]] * n_topics * 8 <= GROUP_BYTES:
+        while stop < len(order) and (stop + 1 - start) * lengths[order[stop]] * n_topics * itemsize <= GROUP_BYTES:
             stop += 1
         groups.append(order[start:stop])
         start = stop
@@ -125,10 +163,15 @@ def local_step(indptr: np.ndarray, indices: np.ndarray, counts: np.ndarray, view
     t_final = np.zeros((n_docs, n_topics))
     ratio_final = np.zeros(len(indices))
     sweeps = np.zeros(n_docs, dtype=np.int64)
-    for docs in _groups(np.diff(indptr), n_topics):
+    dtype = view.exp_elog_beta.dtype
+    groups = _groups(np.diff(indptr), n_topics, dtype.itemsize)
+    lengths = np.diff(indptr)
+    size = max((len(d) * int(lengths[d].max()) for d in groups), default=0)
+    ws = _Workspace(size, max((len(d) for d in groups), default=0), indices.dtype, counts.dtype, n_topics, dtype)
+    for docs in groups:
         _fit_group(indptr, indices, counts, view, hyper, tol, max_sweeps, docs, a, rate,
-                   t_final, ratio_final, sweeps)
-    S = np.zeros_like(view.exp_elog_beta)
+                   t_final, ratio_final, sweeps, ws)
+    S = np.zeros(view.exp_elog_beta.shape)
     if with_stats and len(indices):
         R = sp.csr_matrix((ratio_final, indices, indptr), shape=(n_docs, view.exp_elog_beta.shape[0]))
         S = view.exp_elog_beta * np.asarray(R.T @ t_final)
@@ -136,28 +179,66 @@ def local_step(indptr: np.ndarray, indices: np.ndarray, counts: np.ndarray, view
 
 
 def _fit_group(indptr, indices, counts, view, hyper, tol, max_sweeps, docs, a, rate,
-               t_final, ratio_final, sweeps) -> None:
-    """Iterate one padded group to per-document convergence, writing results in place."""
-    words, x, flat = _padded_group(indptr, indices, counts, docs)
-    B = view.exp_elog_beta[words]
-    active = np.arange(len(docs))
-    a_g = a[docs]
+               t_final, ratio_final, sweeps, ws) -> None:
+    """Iterate one padded group to per-document convergence, writing results in place.
+
+    A document that has converged is written out at once; its row stays in the group's
+    arrays (and keeps being swept, its new values unused) until the unfinished rows fall to
+    ``COMPACT_FRACTION`` of the rows, when the unfinished rows are moved to the front in
+    place. So the (g, L, K) block is neither copied every time a document finishes nor
+    reallocated; the workspace ``ws`` holds it and the other buffers.
+    """
+    words, x, flat = _padded_group(indptr, indices, counts, docs, ws)
+    n, L, K = len(docs), words.shape[1], view.exp_elog_beta.shape[1]
+    lo = view.exp_elog_beta.dtype
+    x = x.astype(lo, copy=False)  # a copy only for integer counts or a float32 view
+    B = ws.B[:n * L * K].reshape(n, L, K)
+    np.take(view.exp_elog_beta, words, axis=0, out=B, mode="clip")
+    B[flat < 0] = 1.0
+    rows = np.arange(n)
+    live = np.ones(n, dtype=bool)
+    a_bufs = (ws.rows_by_topics("a0", n, K), ws.rows_by_topics("a1", n, K))
+    np.take(a, docs, axis=0, out=a_bufs[0])
+    t_buf, diff_buf = ws.rows_by_topics("t", n, K), ws.rows_by_topics("diff", n, K)
+    ratio_buf = ws.ratio[:n * L].reshape(n, L)
+    single = lo != np.float64
+    t_lo_buf, s_buf = (ws.rows_by_topics("t_lo", n, K), ws.rows_by_topics("s", n, K)) if single else (None, None)
+    cur, m = 0, n
     for sweep in range(1, max_sweeps + 1):
-        a_new, t, ratio = _sweep(B, x, a_g, rate, hyper.a0)
-        done = np.abs(a_new - a_g).mean(axis=1) < tol
+        a_g, a_new = a_bufs[cur][:m], a_bufs[1 - cur][:m]
+        t, ratio = t_buf[:m], ratio_buf[:m]
+        t_lo, s = (t_lo_buf[:m], s_buf[:m]) if single else (t, a_new)
+        _sweep(B, x, a_g, rate, hyper.a0, t, t_lo, ratio, s, a_new)
+        cur = 1 - cur
         if sweep == max_sweeps:
-            done[:] = True
-        a_g = a_new
-        finished = docs[active[done]]
-        a[finished] = a_g[done]
+            done = live
+        else:
+            diff = np.subtract(a_new, a_g, out=diff_buf[:m])
+            np.abs(diff, out=diff)
+            done = live & (np.add.reduce(diff, axis=1) / K < tol)
+        if not done.any():
+            continue
+        finished = docs[rows[done]]
+        a[finished] = a_new[done]
         t_final[finished] = t[done]
         sweeps[finished] = sweep
-        real = flat[done] >= 0
-        ratio_final[flat[done][real]] = ratio[done][real]
-        keep = ~done
-        if not keep.any():
+        fl = flat[done]
+        real = fl >= 0
+        ratio_final[fl[real]] = ratio[done][real]
+        live &= ~done
+        n_live = int(np.count_nonzero(live))
+        if n_live == 0:
             return
-        active, a_g, B, x, flat = active[keep], a_g[keep], B[keep], x[keep], flat[keep]
+        if n_live <= COMPACT_FRACTION * m:
+            keep = np.flatnonzero(live)
+            for i, j in enumerate(keep):  # i <= j: moving rows forward in order is safe
+                if i != j:
+                    B[i] = B[j]
+            m = n_live
+            B = B[:m]
+            a_bufs[cur][:m] = a_bufs[cur][keep]
+            rows, x, flat = rows[keep], x[keep], flat[keep]
+            live = np.ones(m, dtype=bool)
 
 
 def local_elbo(indptr: np.ndarray, indices: np.ndarray, counts: np.ndarray, view: TopicView,

@@ -1,0 +1,173 @@
+"""Issue 2 benchmark: one pass of buffet's Bayesian NMF SVI against scikit-learn's and
+gensim's online LDA on the same stored corpus: speed, peak memory and held-out quality.
+
+One system per invocation (so peak memory is that system's alone); every run appends one
+JSON line to ``--results``. Usage (see benchmarks/README.md for the runs behind the table):
+
+    python benchmarks/bnmf_vs_lda.py buffet  STORE --k 100 --batch-size 1000 --workers 2
+    python benchmarks/bnmf_vs_lda.py sklearn STORE --k 100 --batch-size 1000 --workers 2
+    python benchmarks/bnmf_vs_lda.py gensim  STORE --k 100 --batch-size 1000 --workers 1
+
+STORE is a ``buffet ingest uci ... --holdout`` store; its ``heldout`` documents are never
+trained on and are scored afterwards by document completion (benchmarks/common.py): each
+token goes to one of three folds with a fixed seed, topic weights are fitted on folds 0+1
+with the topics fixed, and the per-word log likelihood of fold 2 is reported.
+
+What ``seconds`` covers: the one training pass only. Corpus generation, ingest, cluster
+start-up, loading data into memory for sklearn/gensim and the held-out scoring are outside
+it. buffet's pass includes its workers reading every minibatch from the Zarr store, the
+per-step broadcast of the topics, the reductions and the global updates; sklearn's and
+gensim's passes start from an in-memory CSR matrix (gensim iterates it through
+``Sparse2Corpus``). ``peak_rss_mb`` is the largest sum of resident memory over this process
+and all its child processes (Dask nanny + workers, loky, multiprocessing), sampled every
+50 ms from before the data is loaded until after the pass.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from common import (
+    ForeignLoad,
+    PeakMemory,
+    drop_empty,
+    load_corpus,
+    machine,
+    mixture_loglik,
+    record,
+    thirds,
+    wait_quiet,
+)
+
+
+def run_buffet(args) -> dict:
+    from buffet.data.store import Dataset
+    from buffet.kernels import bnmf
+    from buffet.pipeline.blocks import read_row_set
+    from buffet.pipeline.bnmf import BNMFConfig, BNMFDriver, corpus_from_source
+    from buffet.pipeline.cluster import dask_client
+    from buffet.pipeline.executors import DaskExecutor
+
+    if args.float32_view:
+        # prototype of a driver option (not in the package): the client builds the topic view
+        # it broadcasts in float32, so the workers' local steps sweep in single precision
+        from_params = bnmf.TopicView.from_params.__func__
+        bnmf.TopicView.from_params = classmethod(lambda cls, g, h, dtype=np.float32: from_params(cls, g, h, dtype))
+    config = BNMFConfig(n_topics=args.k, batch_size=args.batch_size, passes=1, seed=args.seed,
+                        chunk_rows=args.chunk_rows or max(1, args.batch_size // max(1, args.workers)))
+    with PeakMemory() as mem:
+        with dask_client(args.workers, dashboard=False, quiet=True) as client:
+            corpus = corpus_from_source(args.store, "heldout")
+            driver = BNMFDriver(config, corpus, DaskExecutor(client))
+            driver._eval = []  # held-out scoring happens below, outside the timed pass
+            driver.start()
+            mem.reset_cpu()
+            with ForeignLoad() as load:
+                t0 = time.perf_counter()
+                trace = [driver.step(s) for s in range(driver.total_steps())]
+                seconds = time.perf_counter() - t0
+                own = mem.own_cpu_seconds()
+        g, h = driver.g, driver.h
+    hyper = driver.hyper
+    held_rows = np.asarray(Dataset(args.store).split("heldout")["test_rows"], dtype=np.int64)
+    X_test = read_row_set(args.store, held_rows).to_scipy()
+    obs, held = thirds(X_test)
+    view = bnmf.TopicView.from_params(g, h, dtype=np.float64)
+    ll, tokens = bnmf.completion_loglik(obs.indptr, obs.indices, obs.data, held.data, view, g / h, hyper,
+                                        config.local_tol, config.max_sweeps)
+    fit = bnmf.local_step(obs.indptr, obs.indices, obs.data, view, hyper, config.local_tol,
+                          config.max_sweeps, with_stats=False)
+    beta = g / h
+    check = mixture_loglik(fit.a / bnmf.theta_rate(view, hyper) * beta.sum(axis=0), beta.T, held)
+    return {"seconds": seconds, "docs": corpus.n_train, "peak_rss_mb": mem.peak / 2**20,
+            "cpu_seconds": own, "foreign_load_cores": load.cores(own),
+            "heldout_ll": ll / tokens, "heldout_ll_mixture_form": check,
+            "mean_sweeps": float(np.mean([r["mean_sweeps"] for r in trace])),
+            "chunk_rows": config.chunk_rows, "steps": len(trace), "float32_view": args.float32_view}
+
+
+def run_sklearn(args) -> dict:
+    from sklearn.decomposition import LatentDirichletAllocation
+
+    with PeakMemory() as mem:
+        X_train, X_test, _ = load_corpus(args.store)
+        lda = LatentDirichletAllocation(n_components=args.k, learning_method="online", batch_size=args.batch_size,
+                                        max_iter=1, n_jobs=args.workers, random_state=args.seed,
+                                        total_samples=X_train.shape[0])
+        mem.reset_cpu()
+        with ForeignLoad() as load:
+            t0 = time.perf_counter()
+            lda.fit(X_train)
+            seconds = time.perf_counter() - t0
+            own = mem.own_cpu_seconds()
+    obs, held = drop_empty(*thirds(X_test))
+    theta = lda.transform(obs)
+    return {"seconds": seconds, "docs": X_train.shape[0], "peak_rss_mb": mem.peak / 2**20,
+            "cpu_seconds": own, "foreign_load_cores": load.cores(own),
+            "heldout_ll": mixture_loglik(theta, lda.components_, held)}
+
+
+def run_gensim(args) -> dict:
+    from gensim.matutils import Sparse2Corpus
+    from gensim.models import LdaModel, LdaMulticore
+
+    with PeakMemory() as mem:
+        X_train, X_test, _ = load_corpus(args.store)
+        n_words = X_train.shape[1]
+        id2word = {i: str(i) for i in range(n_words)}
+        corpus = Sparse2Corpus(X_train, documents_columns=False)
+        common = {"num_topics": args.k, "id2word": id2word, "chunksize": args.batch_size, "passes": 1,
+                  "random_state": args.seed, "eval_every": None}
+        mem.reset_cpu()
+        with ForeignLoad() as load:
+            t0 = time.perf_counter()
+            if args.workers >= 1:
+                lda = LdaMulticore(corpus, workers=args.workers, **common)
+            else:
+                lda = LdaModel(corpus, update_every=1, **common)
+            seconds = time.perf_counter() - t0
+            own = mem.own_cpu_seconds()
+    obs, held = drop_empty(*thirds(X_test))
+    gamma, _ = lda.inference(list(Sparse2Corpus(obs, documents_columns=False)))
+    return {"seconds": seconds, "docs": X_train.shape[0], "peak_rss_mb": mem.peak / 2**20,
+            "cpu_seconds": own, "foreign_load_cores": load.cores(own),
+            "heldout_ll": mixture_loglik(gamma, lda.get_topics(), held),
+            "gensim_class": "LdaMulticore" if args.workers >= 1 else "LdaModel"}
+
+
+SYSTEMS = {"buffet": run_buffet, "sklearn": run_sklearn, "gensim": run_gensim}
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("system", choices=sorted(SYSTEMS))
+    p.add_argument("store")
+    p.add_argument("--k", type=int, default=100)
+    p.add_argument("--batch-size", type=int, default=1000)
+    p.add_argument("--workers", type=int, default=2,
+                   help="buffet: Dask workers; sklearn: n_jobs; gensim: LdaMulticore workers (0 = LdaModel)")
+    p.add_argument("--chunk-rows", type=int, default=None, help="buffet: rows per block (default batch/workers)")
+    p.add_argument("--float32-view", action="store_true",
+                   help="buffet: broadcast the topic view in float32 (prototype of a driver option)")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--results", default=str(Path(__file__).resolve().parent / "results.jsonl"))
+    p.add_argument("--tag", default="")
+    p.add_argument("--no-wait", action="store_true", help="do not wait for a quiet machine first")
+    args = p.parse_args()
+    busy_before = None if args.no_wait else wait_quiet()
+    out = SYSTEMS[args.system](args)
+    out["busy_cores_before"] = busy_before
+    out["docs_per_second"] = out["docs"] / out["seconds"]
+    record(args.results, {"bench": "bnmf_vs_lda", "system": args.system, "tag": args.tag, "store": args.store,
+                          "k": args.k, "batch_size": args.batch_size, "workers": args.workers, **out,
+                          "machine": machine()})
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,162 @@
+"""Shared pieces of the issue-2 benchmarks: loading a stored corpus, the held-out
+document-completion protocol used for every system, and peak-memory sampling.
+
+Nothing here is part of the ``buffet`` package; the benchmarks import it by path.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import threading
+import time
+from pathlib import Path
+from typing import Self
+
+import numpy as np
+import psutil
+import scipy.sparse as sp
+from buffet.data.store import Dataset
+
+THIRDS_SEED = 12345
+
+
+def load_corpus(store: str) -> tuple[sp.csr_matrix, sp.csr_matrix, np.ndarray]:
+    """(training rows, held-out rows, held-out row ids) of a counts store with a
+    ``heldout`` split, as in-memory CSR matrices (for the systems that need them)."""
+    ds = Dataset(store)
+    X = ds.read_rows(0, ds.n_rows).to_scipy().tocsr()
+    held = np.asarray(ds.split("heldout")["test_rows"], dtype=np.int64)
+    train = np.setdiff1d(np.arange(ds.n_rows), held)
+    return X[train], X[held], held
+
+
+def thirds(X_test: sp.csr_matrix, seed: int = THIRDS_SEED) -> tuple[sp.csr_matrix, sp.csr_matrix]:
+    """The one token split every system is scored on: each token of each held-out document
+    goes to one of three folds (``buffet.kernels.bnmf.split_thirds``); folds 0 and 1 are
+    observed, fold 2 is predicted. Returns (observed counts, held-out counts), same sparsity."""
+    from buffet.kernels.bnmf import split_thirds
+
+    folds = split_thirds(X_test.data, np.random.default_rng(seed)).astype(np.float64)
+    shape = X_test.shape
+    obs = sp.csr_matrix((folds[:, 0] + folds[:, 1], X_test.indices, X_test.indptr), shape=shape)
+    held = sp.csr_matrix((folds[:, 2], X_test.indices, X_test.indptr), shape=shape)
+    return obs, held
+
+
+def mixture_loglik(theta: np.ndarray, topics: np.ndarray, held: sp.csr_matrix) -> float:
+    """Per-word log likelihood of ``held`` under p(w|d) = sum_k theta_dk topics_kw, with theta
+    rows and topic rows normalised to sum to one."""
+    theta = theta / theta.sum(axis=1, keepdims=True)
+    topics = topics / topics.sum(axis=1, keepdims=True)
+    held = held.tocoo()
+    keep = held.data > 0
+    r, c, n = held.row[keep], held.col[keep], held.data[keep]
+    p = np.einsum("nk,nk->n", theta[r], topics[:, c].T)
+    return float(n @ np.log(p) / n.sum())
+
+
+def drop_empty(obs: sp.csr_matrix, held: sp.csr_matrix) -> tuple[sp.csr_matrix, sp.csr_matrix]:
+    """Keep the documents that have observed tokens (all NYT-shaped ones do)."""
+    keep = np.diff(obs.indptr) > 0
+    return obs[keep], held[keep]
+
+
+class PeakMemory:
+    """Samples the resident memory of this process and all its descendants (Dask workers,
+    joblib/loky or multiprocessing workers) every ``interval`` seconds; ``peak`` is the
+    largest sum seen (bytes)."""
+
+    def __init__(self, interval: float = 0.05):
+        self.interval, self.peak, self._stop = interval, 0, threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._cpu: dict[int, float] = {}
+
+    def _sample(self) -> int:
+        me = psutil.Process()
+        total = 0
+        for p in [me, *me.children(recursive=True)]:
+            try:
+                total += p.memory_info().rss
+                c = p.cpu_times()
+                self._cpu[p.pid] = c.user + c.system
+            except psutil.Error:
+                pass
+        return total
+
+    def reset_cpu(self) -> None:
+        """Start counting CPU seconds of the process tree from now."""
+        self._sample()
+        self._cpu0 = dict(self._cpu)
+
+    def own_cpu_seconds(self) -> float:
+        """CPU seconds used by this process tree since ``reset_cpu`` (processes that ended
+        in between count as last sampled)."""
+        self._sample()
+        base = getattr(self, "_cpu0", {})
+        return sum(v - base.get(pid, 0.0) for pid, v in self._cpu.items())
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            self.peak = max(self.peak, self._sample())
+            self._stop.wait(self.interval)
+
+    def reset(self) -> None:
+        self.peak = self._sample()
+
+    def __enter__(self) -> Self:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._stop.set()
+        self._thread.join()
+        self.peak = max(self.peak, self._sample())
+
+
+class ForeignLoad:
+    """How busy the machine was with other people's work while a benchmark ran: system-wide
+    busy CPU seconds minus those of our own process tree (``PeakMemory`` tracks them), per
+    second of wall time. 0 = a quiet machine; 1 = another process took a whole core."""
+
+    def __enter__(self) -> Self:
+        self.t0, self.busy0 = time.perf_counter(), self._busy()
+        return self
+
+    @staticmethod
+    def _busy() -> float:
+        c = psutil.cpu_times()
+        return c.user + c.nice + c.system + getattr(c, "irq", 0) + getattr(c, "softirq", 0) + getattr(c, "steal", 0)
+
+    def __exit__(self, *exc) -> None:
+        self.wall, self.busy = time.perf_counter() - self.t0, self._busy() - self.busy0
+
+    def cores(self, own_cpu: float) -> float:
+        return max(0.0, (self.busy - own_cpu) / self.wall)
+
+
+def wait_quiet(limit: float = 0.25, max_wait: float = 180.0) -> float:
+    """Wait (up to ``max_wait`` s) until the machine's CPU use over 3 s is below ``limit``
+    cores (the benchmark host is shared); returns the last busy fraction measured."""
+    t0 = time.perf_counter()
+    while True:
+        busy = psutil.cpu_percent(interval=3.0) / 100 * psutil.cpu_count()
+        if busy < limit or time.perf_counter() - t0 > max_wait:
+            return busy
+        time.sleep(2.0)
+
+
+def machine() -> dict:
+    return {"cpus": os.cpu_count(), "cpu": platform.processor() or platform.machine(),
+            "ram_gb": round(psutil.virtual_memory().total / 2**30, 1)}
+
+
+def record(path: str | None, result: dict) -> None:
+    """Print a result as one JSON line and append it to ``path``."""
+    result = {"time": time.strftime("%Y-%m-%d %H:%M:%S"), **result}
+    line = json.dumps(result)
+    print(line, flush=True)
+    if path:
+        with Path(path).open("a") as out:
+            out.write(line + "\n")
