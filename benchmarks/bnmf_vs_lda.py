@@ -54,12 +54,8 @@ def run_buffet(args) -> dict:
     from buffet.pipeline.cluster import dask_client
     from buffet.pipeline.executors import DaskExecutor
 
-    if args.float32_view:
-        # prototype of a driver option (not in the package): the client builds the topic view
-        # it broadcasts in float32, so the workers' local steps sweep in single precision
-        from_params = bnmf.TopicView.from_params.__func__
-        bnmf.TopicView.from_params = classmethod(lambda cls, g, h, dtype=np.float32: from_params(cls, g, h, dtype))
     config = BNMFConfig(n_topics=args.k, batch_size=args.batch_size, passes=1, seed=args.seed,
+                        precision=args.precision,
                         chunk_rows=args.chunk_rows or max(1, args.batch_size // max(1, args.workers)))
     with PeakMemory() as mem:
         with dask_client(args.workers, dashboard=False, quiet=True) as client:
@@ -89,7 +85,7 @@ def run_buffet(args) -> dict:
             "cpu_seconds": own, "foreign_load_cores": load.cores(own),
             "heldout_ll": ll / tokens, "heldout_ll_mixture_form": check,
             "mean_sweeps": float(np.mean([r["mean_sweeps"] for r in trace])),
-            "chunk_rows": config.chunk_rows, "steps": len(trace), "float32_view": args.float32_view}
+            "chunk_rows": config.chunk_rows, "steps": len(trace), "precision": args.precision}
 
 
 def run_sklearn(args) -> dict:
@@ -153,8 +149,8 @@ def main() -> None:
     p.add_argument("--workers", type=int, default=2,
                    help="buffet: Dask workers; sklearn: n_jobs; gensim: LdaMulticore workers (0 = LdaModel)")
     p.add_argument("--chunk-rows", type=int, default=None, help="buffet: rows per block (default batch/workers)")
-    p.add_argument("--float32-view", action="store_true",
-                   help="buffet: broadcast the topic view in float32 (prototype of a driver option)")
+    p.add_argument("--precision", choices=("float64", "float32"), default="float64",
+                   help="buffet: precision of the local sweeps (BNMFConfig.precision)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--results", default=str(Path(__file__).resolve().parent / "results.jsonl"))
     p.add_argument("--tag", default="")

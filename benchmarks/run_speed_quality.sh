@@ -14,7 +14,7 @@ S=$W/nyt50k.zarr
 speed() {
   # K = 100, minibatch 1000, both cores
   $B buffet  $S --k 100 --batch-size 1000 --workers 2 --chunk-rows 500 --tag speed $WAIT
-  $B buffet  $S --k 100 --batch-size 1000 --workers 2 --chunk-rows 500 --tag speed --float32-view $WAIT
+  $B buffet  $S --k 100 --batch-size 1000 --workers 2 --chunk-rows 500 --tag speed --precision float32 $WAIT
   $B sklearn $S --k 100 --batch-size 1000 --workers 2 --tag speed $WAIT
   $B gensim  $S --k 100 --batch-size 1000 --workers 1 --tag speed $WAIT
   $B gensim  $S --k 100 --batch-size 1000 --workers 0 --tag speed $WAIT
@@ -22,7 +22,7 @@ speed() {
 quality() {
   # K = 50 (the generating number of topics), one pass
   $B buffet  $S --k 50 --batch-size 1000 --workers 2 --chunk-rows 500 --tag quality $WAIT
-  $B buffet  $S --k 50 --batch-size 1000 --workers 2 --chunk-rows 500 --tag quality --float32-view $WAIT
+  $B buffet  $S --k 50 --batch-size 1000 --workers 2 --chunk-rows 500 --tag quality --precision float32 $WAIT
   $B sklearn $S --k 50 --batch-size 1000 --workers 2 --tag quality $WAIT
   $B gensim  $S --k 50 --batch-size 1000 --workers 1 --tag quality $WAIT
   $B gensim  $S --k 50 --batch-size 1000 --workers 0 --tag quality $WAIT

@@ -9,7 +9,7 @@ rows = [json.loads(line) for line in path.read_text().splitlines()]
 
 def name(r):
     if r["system"] == "buffet":
-        return "buffet f32 view (prototype)" if r.get("float32_view") else "buffet (float64)"
+        return "buffet (float32 sweeps)" if r.get("float32_view") or r.get("precision") == "float32" else "buffet (float64)"
     if r["system"] == "gensim":
         return f"gensim {r['gensim_class']}" + (f"(workers={r['workers']})" if r["workers"] else "")
     return f"scikit-learn (n_jobs={r['workers']})"

@@ -83,7 +83,7 @@ def write_uci_corpus(path: str | os.PathLike, n_docs: int, n_words: int = 8000, 
         for start in range(0, n_docs, block_docs):
             block = lda_documents(topics, min(block_docs, n_docs - start), rng, alpha, mean_length).tocoo()
             lines = np.column_stack([block.row + start + 1, block.col + 1, block.data.astype(np.int64)])
-            np.savetxt(out, lines, fmt="%d")
+            out.write(("%d %d %d\n" * len(lines)) % tuple(lines.ravel().tolist()))
             nnz += block.nnz
     opener = gzip.open if path.suffix == ".gz" else open
     with opener(path, "wt") as out, open(body) as src:

@@ -56,6 +56,7 @@ class BNMFConfig:
     eval_docs: int = 1000
     checkpoint_every: int = 20
     split: str | None = "heldout"
+    precision: str = "float64"
 
     def check(self) -> None:
         """Refuse settings that cannot work, naming the setting."""
@@ -65,6 +66,8 @@ class BNMFConfig:
                               "eval_every", "checkpoint_every"))
         if not 0.5 < self.kappa <= 1.0:
             raise UserError(f"kappa must be in (0.5, 1], got {self.kappa}")
+        if self.precision not in ("float64", "float32"):
+            raise UserError(f"precision must be 'float64' or 'float32', got {self.precision!r}")
 
     def hyper(self, n_words: int) -> bnmf.Hyper:
         base = bnmf.Hyper.paper_defaults(n_words, self.n_topics)
@@ -85,9 +88,7 @@ def elbo_task(rows: CSRRows, a: np.ndarray, view: bnmf.TopicView, hyper: bnmf.Hy
     return {"elbo": bnmf.local_elbo(rows.indptr, rows.indices, rows.data, view, hyper, a)}
 
 
-def svi_block_task(source: Source, r0: int, r1: int, held_out: np.ndarray, view: bnmf.TopicView,
-                   hyper: bnmf.Hyper, tol: float, max_sweeps: int) -> dict:
-    rows = read_block(source, r0, r1, held_out)
+def svi_block_task(rows: CSRRows, view: bnmf.TopicView, hyper: bnmf.Hyper, tol: float, max_sweeps: int) -> dict:
     res = bnmf.local_step(rows.indptr, rows.indices, rows.data, view, hyper, tol, max_sweeps)
     return {"S": res.S, "theta_sum": res.theta_sum, "docs": float(rows.n_rows),
             "sweeps": float(res.sweeps.sum())}
@@ -162,6 +163,7 @@ class BNMFDriver:
     _blocks: list = field(default_factory=list)
     _states: list = field(default_factory=list)
     _eval: list = field(default_factory=list)
+    _prefetched: dict = field(default_factory=dict)
     _t_start: float = field(default_factory=time.perf_counter)
 
     def __post_init__(self) -> None:
@@ -225,13 +227,13 @@ class BNMFDriver:
         return record
 
     def _batch_step(self, step: int) -> dict:
-        view = self.executor.broadcast(bnmf.TopicView.from_params(self.g, self.h))
+        view = self.executor.broadcast(self._sweep_view())
         results = [self.executor.submit(batch_local_task, rows, a, view, self.hyper, self.config.local_tol,
                                         self.config.max_sweeps) for rows, a in zip(self._blocks, self._states)]
         self._states = [self.executor.submit(pick, r, 0) for r in results]
         stats = self.executor.gather(tree_reduce(self.executor, [self.executor.submit(pick, r, 1) for r in results]))
         self.g, self.h = bnmf.batch_update(stats["S"], stats["theta_sum"], self.hyper)
-        new_view = self.executor.broadcast(bnmf.TopicView.from_params(self.g, self.h))
+        new_view = self.executor.broadcast(self._sweep_view())
         elbo = self.executor.gather(tree_reduce(self.executor, [
             self.executor.submit(elbo_task, rows, a, new_view, self.hyper)
             for rows, a in zip(self._blocks, self._states)]))["elbo"]
@@ -240,15 +242,28 @@ class BNMFDriver:
                 "docs_seen": self.docs_seen,
                 "mean_sweeps": stats["sweeps"] / self.corpus.n_train}
 
-    def _svi_step(self, step: int) -> dict:
+    def _sweep_view(self) -> bnmf.TopicView:
+        """The topic expectations the local steps sweep with, in the configured precision."""
+        return bnmf.TopicView.from_params(self.g, self.h, dtype=np.dtype(self.config.precision))
+
+    def _minibatch_rows(self, step: int) -> list:
+        """Read tasks for the blocks of minibatch ``step`` (shuffled order per pass, from the seed)."""
         n_mb = len(self.minibatches)
         order = stream(self.config.seed, "order", step // n_mb).permutation(n_mb)
         lo, hi = self.minibatches[order[step % n_mb]]
-        view = self.executor.broadcast(bnmf.TopicView.from_params(self.g, self.h))
-        parts = [self.executor.submit(svi_block_task, self.corpus.source, r0, min(r0 + self.config.chunk_rows, hi),
-                                      self.corpus.held_out, view, self.hyper, self.config.local_tol,
-                                      self.config.max_sweeps)
-                 for r0 in range(lo, hi, self.config.chunk_rows)]
+        return [self.executor.submit(read_block, self.corpus.source, r0, min(r0 + self.config.chunk_rows, hi),
+                                     self.corpus.held_out)
+                for r0 in range(lo, hi, self.config.chunk_rows)]
+
+    def _svi_step(self, step: int) -> dict:
+        """One SVI step; the next minibatch is read while this one is processed."""
+        n_mb = len(self.minibatches)
+        blocks = self._prefetched.pop(step, None) or self._minibatch_rows(step)
+        if step + 1 < self.total_steps():
+            self._prefetched = {step + 1: self._minibatch_rows(step + 1)}
+        view = self.executor.broadcast(self._sweep_view())
+        parts = [self.executor.submit(svi_block_task, rows, view, self.hyper, self.config.local_tol,
+                                      self.config.max_sweeps) for rows in blocks]
         stats = self.executor.gather(tree_reduce(self.executor, parts))
         rho = bnmf.step_size(step, self.config.t0, self.config.kappa)
         if stats["docs"] > 0:

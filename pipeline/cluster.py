@@ -9,6 +9,11 @@ from typing import Iterator
 
 from buffet.data.errors import UserError
 
+# Dask starts workers with MALLOC_TRIM_THRESHOLD_=65536, so every freed temporary above 64 KiB
+# goes back to the system and page-faults on its next use; block kernels allocate such arrays
+# per task, which measured 10-20% slower (benchmarks/README.md). 256 MiB keeps them mapped.
+WORKER_MALLOC_TRIM_THRESHOLD = str(256 << 20)
+
 
 @contextlib.contextmanager
 def dask_client(workers: int | None = None, scheduler: str | None = None,
@@ -27,9 +32,13 @@ def dask_client(workers: int | None = None, scheduler: str | None = None,
     else:
         if workers is not None and workers < 1:
             raise UserError(f"--workers must be >= 1, got {workers}")
-        cluster = LocalCluster(n_workers=workers, threads_per_worker=1, processes=True,
-                               dashboard_address=":0" if dashboard else None,
-                               silence_logs=logging.ERROR)
+        import dask
+
+        with dask.config.set({"distributed.nanny.pre-spawn-environ.MALLOC_TRIM_THRESHOLD_":
+                              WORKER_MALLOC_TRIM_THRESHOLD}):
+            cluster = LocalCluster(n_workers=workers, threads_per_worker=1, processes=True,
+                                   dashboard_address=":0" if dashboard else None,
+                                   silence_logs=logging.ERROR)
         client = Client(cluster)
     try:
         if not quiet and client.dashboard_link:
