@@ -4,8 +4,8 @@ wall time and peak memory of each stage. Each stage runs as its own ``buffet`` c
 subprocess; peak memory is the largest sum of resident memory over that command's process
 tree (CLI process, Dask nannies and workers), sampled every 100 ms with psutil.
 
-    python benchmarks/bnmf_scale.py --docs 200000  --workdir /work/bench/scale
-    python benchmarks/bnmf_scale.py --docs 1800000 --workdir /work/bench/scale --delete
+    python benchmarks/bnmf_scale.py --docs 200000  --workdir bench-data/scale
+    python benchmarks/bnmf_scale.py --docs 1800000 --workdir bench-data/scale --delete
 
 ``--delete`` removes the docword file after ingest and the store and run after the fit
 (multi-GB). Results are appended to benchmarks/results.jsonl.

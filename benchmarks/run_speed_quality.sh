@@ -6,8 +6,8 @@
 # The host is shared: each run records the CPU load of other processes while it ran
 # (foreign_load_cores); pass WAIT= (empty) to wait for a quiet machine before each run.
 set -e
-W=${W:-/work/bench}
-PY=${PY:-/work/venv/bin/python}
+W=${W:-bench-data}
+PY=${PY:-python}
 WAIT=${WAIT---no-wait}
 B="$PY $(dirname "$0")/bnmf_vs_lda.py"
 S=$W/nyt50k.zarr

@@ -23,6 +23,7 @@ from typing import Iterator, Sequence
 
 import numpy as np
 
+from buffet.data.errors import UserError
 from buffet.data.pairs import ingest_pairs
 from buffet.data.splits import holdout_entries
 from buffet.kernels import baselines
@@ -33,7 +34,20 @@ from buffet.pipeline.plots import plt
 from buffet.pipeline.reproduce_common import (choose_k, choose_on_validation, fit_engine, markdown_table,
                                               mean_std, nmf_path, write_csv, write_markdown, write_store)
 
-DATA_DIR = Path(os.environ.get("BUFFET_ROLEMINING_DIR", "/work/shared/datasets/rolemining"))
+ROLEMINING_PLACES = (Path("shared") / "datasets" / "rolemining", Path("..") / "shared" / "datasets" / "rolemining",
+                     Path(__file__).resolve().parents[2] / "shared" / "datasets" / "rolemining")
+
+
+def data_dir() -> Path:
+    """The folder with domino.txt and fire1.txt: $BUFFET_ROLEMINING_DIR, else the project's
+    ``shared/datasets/rolemining`` beside the working directory or the checkout."""
+    if "BUFFET_ROLEMINING_DIR" in os.environ:
+        return Path(os.environ["BUFFET_ROLEMINING_DIR"])
+    for place in ROLEMINING_PLACES:
+        if (place / DATASETS["Domino"]).exists():
+            return place
+    raise UserError("cannot find the role-mining files (domino.txt, fire1.txt); set BUFFET_ROLEMINING_DIR "
+                    "to the folder that holds them")
 DATASETS = {"Domino": "domino.txt", "Firewall": "fire1.txt"}
 TEST_FRACTION = 0.2
 VALID_FRACTION = 0.2
@@ -111,7 +125,7 @@ def baseline_paths(settings: Settings) -> dict:
 
 def load_matrix(name: str, work: Path) -> np.ndarray:
     """The permissions x users binary matrix of a role-mining file, through the product's pair ingest."""
-    ds = ingest_pairs(DATA_DIR / DATASETS[name], work / f"{name}.zarr", transpose=True, overwrite=True)
+    ds = ingest_pairs(data_dir() / DATASETS[name], work / f"{name}.zarr", transpose=True, overwrite=True)
     return np.asarray(ds.read_rows(0, ds.n_rows).X, dtype=np.float64)
 
 
