@@ -30,7 +30,10 @@ def main(argv: list[str]) -> int:
 
     cluster = SLURMCluster(cores=opts.cores, processes=opts.cores, memory=opts.memory,
                            walltime=opts.walltime, queue=opts.queue,
-                           job_script_prologue=["export OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1"])
+                           job_script_prologue=[
+                               "export OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1",
+                               # workers keep freed memory mapped (see pipeline/cluster.py)
+                               "export DASK_DISTRIBUTED__NANNY__PRE_SPAWN_ENVIRON__MALLOC_TRIM_THRESHOLD_=268435456"])
     cluster.scale(jobs=opts.jobs)
     with Client(cluster) as client:
         client.wait_for_workers(opts.jobs * opts.cores)
