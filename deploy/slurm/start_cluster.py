@@ -10,6 +10,9 @@ import argparse
 import subprocess
 import sys
 
+# The environment the nanny gives each worker (a Dask config value, parsed as a literal).
+NANNY_ENVIRON = '{"MALLOC_TRIM_THRESHOLD_": 268435456, "OMP_NUM_THREADS": 1, "MKL_NUM_THREADS": 1, "OPENBLAS_NUM_THREADS": 1}'
+
 
 def main(argv: list[str]) -> int:
     if "--" not in argv:
@@ -33,7 +36,7 @@ def main(argv: list[str]) -> int:
                            job_script_prologue=[
                                "export OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1",
                                # workers keep freed memory mapped (see pipeline/cluster.py)
-                               "export DASK_DISTRIBUTED__NANNY__PRE_SPAWN_ENVIRON__MALLOC_TRIM_THRESHOLD_=268435456"])
+                               "export DASK_DISTRIBUTED__NANNY__PRE_SPAWN_ENVIRON='" + NANNY_ENVIRON + "'"])
     cluster.scale(jobs=opts.jobs)
     with Client(cluster) as client:
         client.wait_for_workers(opts.jobs * opts.cores)
