@@ -5,7 +5,10 @@ from __future__ import annotations
 import contextlib
 import logging
 import sys
-from typing import Iterator
+from typing import TYPE_CHECKING, Iterator
+
+if TYPE_CHECKING:
+    import distributed
 
 from buffet.data.errors import UserError
 

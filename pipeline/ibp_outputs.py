@@ -76,10 +76,7 @@ def _zzt_image(zzt: np.ndarray, path: Path) -> Path:
     ax.set_title("posterior E[Z Z^T]")
     ax.set_xlabel("row")
     ax.set_ylabel("row")
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plots.plt.close(fig)
-    return path
+    return plots.save_figure(fig, path)
 
 
 def _k_plus_bars(k_dist: np.ndarray, path: Path) -> Path:
@@ -88,10 +85,7 @@ def _k_plus_bars(k_dist: np.ndarray, path: Path) -> Path:
     ax.set_xlabel("K+")
     ax.set_ylabel("posterior probability")
     ax.set_title("distribution of K+")
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plots.plt.close(fig)
-    return path
+    return plots.save_figure(fig, path)
 
 
 def _chain_traces(trace: list[dict], key: str, label: str, path: Path) -> Path:
@@ -108,10 +102,7 @@ def _chain_traces(trace: list[dict], key: str, label: str, path: Path) -> Path:
     ax.set_ylabel(label)
     ax.legend(fontsize=7)
     ax.grid(alpha=0.3)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plots.plt.close(fig)
-    return path
+    return plots.save_figure(fig, path)
 
 
 def _report(run: RunStore, out_dir: Path, extra: Callable[[list[dict], Path], list[Path]]) -> list[Path]:

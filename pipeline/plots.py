@@ -11,6 +11,14 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
 
+def save_figure(fig: "plt.Figure", path: Path) -> Path:
+    """Lay out, write ``fig`` as PNG at ``path`` and release it."""
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
 def metric_curve(trace: list[dict], x_key: str, y_key: str, x_label: str, y_label: str, path: Path) -> Path:
     """Plot one recorded quantity of a trace against another (steps without it are skipped)."""
     points = [(r[x_key], r[y_key]) for r in trace if y_key in r and x_key in r]
@@ -23,10 +31,7 @@ def metric_curve(trace: list[dict], x_key: str, y_key: str, x_label: str, y_labe
     ax.set_xlabel(x_label)
     ax.set_ylabel(y_label)
     ax.grid(alpha=0.3)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    return save_figure(fig, path)
 
 
 def topic_summary(words: list[list[str]], mass: np.ndarray, path: Path, show: int = 20) -> Path:
@@ -40,10 +45,7 @@ def topic_summary(words: list[list[str]], mass: np.ndarray, path: Path, show: in
     ax.invert_yaxis()
     ax.set_xlabel("topic weight (sum of E beta over words)")
     ax.set_title("topics and their top words")
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    return save_figure(fig, path)
 
 
 def evidence_by_k(history: np.ndarray, path: Path) -> Path:
@@ -56,10 +58,7 @@ def evidence_by_k(history: np.ndarray, path: Path) -> Path:
     ax.set_ylabel("evidence L(q; K+)")
     ax.legend()
     ax.grid(alpha=0.3)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    return save_figure(fig, path)
 
 
 def bases(A: np.ndarray, path: Path) -> Path:
@@ -78,10 +77,7 @@ def bases(A: np.ndarray, path: Path) -> Path:
         ax.set_xlabel("column")
         ax.set_ylabel("feature")
     fig.suptitle("posterior mean of the bases")
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    return save_figure(fig, path)
 
 
 def feature_usage(usage: np.ndarray, path: Path) -> Path:
@@ -91,7 +87,4 @@ def feature_usage(usage: np.ndarray, path: Path) -> Path:
     ax.set_xlabel("feature")
     ax.set_ylabel("mean E[z_ik]")
     ax.set_ylim(0, 1)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    return save_figure(fig, path)

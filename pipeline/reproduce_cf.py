@@ -25,7 +25,7 @@ from buffet.kernels import baselines
 from buffet.pipeline import reproduce
 from buffet.pipeline.imf import IMFConfig, INMFConfig
 from buffet.pipeline.imf_outputs import error_metrics
-from buffet.pipeline.plots import plt
+from buffet.pipeline.plots import plt, save_figure
 from buffet.pipeline.reproduce_common import (choose_k, choose_on_validation, fit_engine, markdown_table,
                                               mean_std, nmf_path, write_csv, write_markdown, write_store)
 from buffet.pipeline.seeds import stream
@@ -185,10 +185,7 @@ def figure(rows: list[list[object]], path: Path) -> Path:
     ax.set_title("Collaborative filtering: held-out NMAE")
     ax.legend(fontsize=8, loc="upper left")
     ax.grid(axis="y", alpha=0.3)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    return save_figure(fig, path)
 
 
 def run(out_dir: Path, seeds: int, quick: bool) -> list[Path]:

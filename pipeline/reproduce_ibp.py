@@ -16,7 +16,7 @@ import numpy as np
 from buffet.kernels.ibp_images import make_images
 from buffet.pipeline import reproduce
 from buffet.pipeline.imf import IMFConfig, INMFConfig
-from buffet.pipeline.plots import plt
+from buffet.pipeline.plots import plt, save_figure
 from buffet.pipeline.reproduce_common import fit_engine, markdown_table, write_csv, write_markdown, write_store
 
 N_ROWS = 50
@@ -59,10 +59,7 @@ def figure(curves: dict[str, np.ndarray], path: Path) -> Path:
         ax.set_title(f"{name}: evidence by K+ ({values.shape[0]} seeds)")
         ax.legend(fontsize=8)
         ax.grid(alpha=0.3)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    return save_figure(fig, path)
 
 
 def run(out_dir: Path, seeds: int, quick: bool) -> list[Path]:

@@ -42,7 +42,7 @@ from buffet.pipeline.fitloop import run_loop
 from buffet.pipeline.gibbs import GibbsDriver, LGGibbsConfig, NoisyORGibbsConfig
 from buffet.pipeline.imf import IMFConfig, IMFDriver, INMFConfig
 from buffet.pipeline.particles import LGParticleConfig, NoisyORParticleConfig, ParticleDriver
-from buffet.pipeline.plots import plt
+from buffet.pipeline.plots import plt, save_figure
 from buffet.pipeline.reproduce_common import markdown_table, mean_std, write_csv, write_markdown, write_store
 
 PF, GIBBS = "particle filter", "Gibbs"
@@ -193,10 +193,7 @@ def figure(curves: dict[str, Sequence[Point]], setting_names: dict[str, str], y_
     ax.set_title(title)
     ax.legend(title=", ".join(f"{m}: {s}" for m, s in setting_names.items() if s), title_fontsize=7, fontsize=8)
     ax.grid(alpha=0.3)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-    return path
+    return save_figure(fig, path)
 
 
 def write_outputs(out_dir: Path, name: str, title: str, paper: str, curves: dict[str, Sequence[Point]],
