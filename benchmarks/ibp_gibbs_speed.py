@@ -1,0 +1,69 @@
+"""Collapsed Gibbs for the linear-Gaussian IBP model on the paper-001 figure-3 data (issue 4).
+
+For each seed: N = 100 rows of the four 6x6 images with noise sigma 0.5, a chain started with no
+features at alpha = sigma_X = sigma_A = 1, every hyperparameter resampled each sweep
+(``kernels.gibbs_linear_gaussian.gibbs_sweep``). Records milliseconds per sweep (after a
+warm-up), the K+ of the last half of the chain, the ZZ^T error of the last half's average and
+whether the chain is stuck in a merged-feature mode: K+ of the last half mostly below 4, or a
+ZZ^T error above ``STUCK_ERROR`` (chains that separated the four images measured 59-230 here;
+the stuck ones carry extra or merged features and measured above 2000).
+
+    python benchmarks/ibp_gibbs_speed.py --seeds 10 --sweeps 1000
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+
+import numpy as np
+
+from buffet.kernels.gibbs_linear_gaussian import LGGibbsState, gibbs_sweep
+from buffet.kernels.ibp_synthetic import image_data, zzt_error
+
+STUCK_ERROR = 1500.0
+WARM_UP = 20
+
+
+def run_chain(seed: int, sweeps: int) -> dict:
+    """One chain on the data of ``seed``: timing and the summary of its last half."""
+    rng = np.random.default_rng(seed)
+    data = image_data(rng)
+    state = LGGibbsState(np.zeros((data.X.shape[0], 0), bool), 1.0, 1.0, 1.0)
+    zzt_sum = np.zeros((data.X.shape[0], data.X.shape[0]))
+    k_plus, kept = [], 0
+    timed = 0.0
+    for sweep in range(sweeps):
+        start = time.perf_counter()
+        state = gibbs_sweep(data.X, state, rng)
+        if sweep >= WARM_UP:
+            timed += time.perf_counter() - start
+        if sweep >= sweeps // 2:
+            Z = state.Z.astype(np.float64)
+            zzt_sum += Z @ Z.T
+            k_plus.append(Z.shape[1])
+            kept += 1
+    error = zzt_error(zzt_sum / kept, data.Z)
+    below = float(np.mean(np.array(k_plus) < 4))
+    return {"seed": seed, "ms_per_sweep": 1000 * timed / (sweeps - WARM_UP), "k_plus_median": float(np.median(k_plus)),
+            "fraction_k_below_4": below, "zzt_error": error, "stuck": bool(below > 0.5 or error > STUCK_ERROR),
+            "sigma_x_last": state.sigma_x}
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--seeds", type=int, default=10)
+    p.add_argument("--sweeps", type=int, default=1000)
+    args = p.parse_args()
+    rows = [run_chain(seed, args.sweeps) for seed in range(args.seeds)]
+    for row in rows:
+        print(json.dumps(row))
+    ms = np.array([r["ms_per_sweep"] for r in rows])
+    print(json.dumps({"summary": True, "ms_per_sweep_median": float(np.median(ms)), "ms_per_sweep_min": float(ms.min()),
+                      "ms_per_sweep_max": float(ms.max()), "stuck_chains": int(sum(r["stuck"] for r in rows)),
+                      "chains": len(rows), "sweeps": args.sweeps}))
+
+
+if __name__ == "__main__":
+    main()
