@@ -5,7 +5,7 @@ features at alpha = sigma_X = sigma_A = 1, every hyperparameter resampled each s
 (``kernels.gibbs_linear_gaussian.gibbs_sweep``). Records milliseconds per sweep (after a
 warm-up), the K+ of the last half of the chain, the ZZ^T error of the last half's average and
 whether the chain is stuck in a merged-feature mode: K+ of the last half mostly below 4, or a
-ZZ^T error above ``STUCK_ERROR`` (chains that separated the four images measured 59-230 here;
+ZZ^T error above ``STUCK_ERROR`` (the other chains measured 59-1454 here, 10 seeds;
 the stuck ones carry extra or merged features and measured above 2000).
 
     python benchmarks/ibp_gibbs_speed.py --seeds 10 --sweeps 1000
