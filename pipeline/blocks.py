@@ -25,6 +25,7 @@ class MemoryRows:
         self.mask = mask
         self.shape = self.X.shape
         self.n_rows, self.n_cols = self.shape
+        self.layout = "csr" if self.sparse else "dense"
 
     def read_rows(self, r0: int, r1: int) -> CSRRows | DenseRows:
         if self.sparse:

@@ -141,7 +141,7 @@ def corpus_from_source(source: Source, split: str | None) -> Corpus:
         vocab = src.strings("vocab")
         total = src.total()
     else:
-        if not src.sparse:
+        if src.layout != "csr":
             raise UserError("Bayesian NMF needs a sparse count matrix")
         total = float(src.X.sum())
     if src.n_rows - len(held) < 1:

@@ -45,7 +45,7 @@ from buffet.pipeline.settings import require_counts, require_positive
 def read_dense_rows(source: Source, binary: bool) -> DenseRows:
     """All rows of a dense dataset (read once; SPEC 3.3 data), checked for a binary model if ``binary``."""
     ds = resolve(source)
-    if getattr(ds, "layout", "dense") != "dense" or getattr(ds, "sparse", False):
+    if ds.layout != "dense":
         raise UserError(f"{source}: the IBP models need a dense dataset (real or binary)")
     rows = ds.read_rows(0, ds.n_rows)
     if binary:
