@@ -106,6 +106,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", default=None, help="output folder (default: reproduce-NAME)")
     p.add_argument("--seeds", type=int, default=10, help="repeats (seeds or random splits)")
     p.add_argument("--quick", action="store_true", help="a small version for smoke tests")
+    p.add_argument("--jester", default=None, metavar="FILE",
+                   help="collaborative-filtering: run on this Jester ratings file (count column, then one column "
+                        "per joke, 99 = unrated) instead of the MovieLens sample")
 
     p = sub.add_parser("generate", help="write a synthetic LDA-shaped corpus as a UCI docword file")
     p.add_argument("--docs", type=int, required=True)
@@ -216,7 +219,8 @@ def cmd_demo(args: argparse.Namespace) -> None:
 def cmd_reproduce(args: argparse.Namespace) -> None:
     from buffet.pipeline.reproduce import run_experiment
 
-    files = run_experiment(args.name, Path(args.out or f"reproduce-{args.name}"), args.seeds, args.quick)
+    files = run_experiment(args.name, Path(args.out or f"reproduce-{args.name}"), args.seeds, args.quick,
+                           {"jester": Path(args.jester) if args.jester else None})
     print("\n".join(str(f) for f in files))
 
 
