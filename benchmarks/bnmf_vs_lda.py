@@ -55,7 +55,7 @@ def run_buffet(args) -> dict:
     from buffet.pipeline.executors import DaskExecutor
 
     config = BNMFConfig(n_topics=args.k, batch_size=args.batch_size, passes=1, seed=args.seed,
-                        precision=args.precision,
+                        precision=args.precision, accelerate=args.accelerate,
                         chunk_rows=args.chunk_rows or max(1, args.batch_size // max(1, args.workers)))
     with PeakMemory() as mem:
         with dask_client(args.workers, dashboard=False, quiet=True) as client:
@@ -76,16 +76,17 @@ def run_buffet(args) -> dict:
     obs, held = thirds(X_test)
     view = bnmf.TopicView.from_params(g, h, dtype=np.float64)
     ll, tokens = bnmf.completion_loglik(obs.indptr, obs.indices, obs.data, held.data, view, g / h, hyper,
-                                        config.local_tol, config.max_sweeps)
-    fit = bnmf.local_step(obs.indptr, obs.indices, obs.data, view, hyper, config.local_tol,
-                          config.max_sweeps, with_stats=False)
+                                        config.local_settings())
+    fit = bnmf.local_step(obs.indptr, obs.indices, obs.data, view, hyper, config.local_settings(),
+                          with_stats=False)
     beta = g / h
     check = mixture_loglik(fit.a / bnmf.theta_rate(view, hyper) * beta.sum(axis=0), beta.T, held)
     return {"seconds": seconds, "docs": corpus.n_train, "peak_rss_mb": mem.peak / 2**20,
             "cpu_seconds": own, "foreign_load_cores": load.cores(own),
             "heldout_ll": ll / tokens, "heldout_ll_mixture_form": check,
             "mean_sweeps": float(np.mean([r["mean_sweeps"] for r in trace])),
-            "chunk_rows": config.chunk_rows, "steps": len(trace), "precision": args.precision}
+            "chunk_rows": config.chunk_rows, "steps": len(trace), "precision": args.precision,
+            "accelerate": args.accelerate}
 
 
 def run_sklearn(args) -> dict:
@@ -151,6 +152,8 @@ def main() -> None:
     p.add_argument("--chunk-rows", type=int, default=None, help="buffet: rows per block (default batch/workers)")
     p.add_argument("--precision", choices=("float64", "float32"), default="float64",
                    help="buffet: precision of the local sweeps (BNMFConfig.precision)")
+    p.add_argument("--accelerate", action="store_true",
+                   help="buffet: SQUAREM-accelerated local sweeps (BNMFConfig.accelerate)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--results", default=str(Path(__file__).resolve().parent / "results.jsonl"))
     p.add_argument("--tag", default="")

@@ -38,7 +38,7 @@ for name in ("start", "step20"):
     best = None
     for _ in range(3):
         c0 = time.process_time()
-        res = m.local_step(rows.indptr, rows.indices, rows.data, view, hyper, 1e-3, 100)
+        res = m.local_step(rows.indptr, rows.indices, rows.data, view, hyper)
         dt = time.process_time() - c0
         best = dt if best is None else min(best, dt)
     out[name] = {"cpu_seconds": best, "docs_per_cpu_second": 1000 / best,
@@ -47,7 +47,7 @@ for name in ("start", "step20"):
 if profile:
     import cProfile, pstats, io
     pr = cProfile.Profile(); pr.enable()
-    m.local_step(rows.indptr, rows.indices, rows.data, view, hyper, 1e-3, 100)
+    m.local_step(rows.indptr, rows.indices, rows.data, view, hyper)
     pr.disable(); s = io.StringIO(); pstats.Stats(pr, stream=s).sort_stats("tottime").print_stats(8)
     print(s.getvalue(), file=sys.stderr)
 print(json.dumps(out))

@@ -57,6 +57,7 @@ class BNMFConfig:
     checkpoint_every: int = 20
     split: str | None = "heldout"
     precision: str = "float64"
+    accelerate: bool = False
 
     def check(self) -> None:
         """Refuse settings that cannot work, naming the setting."""
@@ -68,6 +69,12 @@ class BNMFConfig:
             raise UserError(f"kappa must be in (0.5, 1], got {self.kappa}")
         if self.precision not in ("float64", "float32"):
             raise UserError(f"precision must be 'float64' or 'float32', got {self.precision!r}")
+        if self.accelerate and self.precision != "float64":
+            raise UserError("accelerate needs precision 'float64': SQUAREM steps on float32 sweeps amplify "
+                            "rounding, and the topics would depend on the chunking")
+
+    def local_settings(self) -> bnmf.LocalSettings:
+        return bnmf.LocalSettings(self.local_tol, self.max_sweeps, self.accelerate)
 
     def hyper(self, n_words: int) -> bnmf.Hyper:
         base = bnmf.Hyper.paper_defaults(n_words, self.n_topics)
@@ -79,8 +86,8 @@ class BNMFConfig:
 # ----- block tasks (run on workers; plain functions of their arguments) -----
 
 def batch_local_task(rows: CSRRows, a: np.ndarray | None, view: bnmf.TopicView, hyper: bnmf.Hyper,
-                     tol: float, max_sweeps: int) -> tuple[np.ndarray, dict]:
-    res = bnmf.local_step(rows.indptr, rows.indices, rows.data, view, hyper, tol, max_sweeps, a_start=a)
+                     settings: bnmf.LocalSettings) -> tuple[np.ndarray, dict]:
+    res = bnmf.local_step(rows.indptr, rows.indices, rows.data, view, hyper, settings, a_start=a)
     return res.a, {"S": res.S, "theta_sum": res.theta_sum, "sweeps": float(res.sweeps.sum())}
 
 
@@ -88,16 +95,16 @@ def elbo_task(rows: CSRRows, a: np.ndarray, view: bnmf.TopicView, hyper: bnmf.Hy
     return {"elbo": bnmf.local_elbo(rows.indptr, rows.indices, rows.data, view, hyper, a)}
 
 
-def svi_block_task(rows: CSRRows, view: bnmf.TopicView, hyper: bnmf.Hyper, tol: float, max_sweeps: int) -> dict:
-    res = bnmf.local_step(rows.indptr, rows.indices, rows.data, view, hyper, tol, max_sweeps)
+def svi_block_task(rows: CSRRows, view: bnmf.TopicView, hyper: bnmf.Hyper, settings: bnmf.LocalSettings) -> dict:
+    res = bnmf.local_step(rows.indptr, rows.indices, rows.data, view, hyper, settings)
     return {"S": res.S, "theta_sum": res.theta_sum, "docs": float(rows.n_rows),
             "sweeps": float(res.sweeps.sum())}
 
 
 def completion_task(rows: CSRRows, seed: int, block: int, view: bnmf.TopicView, mean_beta: np.ndarray,
-                    hyper: bnmf.Hyper, tol: float, max_sweeps: int) -> dict:
+                    hyper: bnmf.Hyper, settings: bnmf.LocalSettings) -> dict:
     ll, tokens = bnmf.threefold_completion(rows.indptr, rows.indices, rows.data, view, mean_beta, hyper,
-                                           tol, max_sweeps, stream(seed, "thirds", block))
+                                           settings, stream(seed, "thirds", block))
     return {"ll": ll, "tokens": tokens}
 
 
@@ -228,8 +235,8 @@ class BNMFDriver:
 
     def _batch_step(self, step: int) -> dict:
         view = self.executor.broadcast(self._sweep_view())
-        results = [self.executor.submit(batch_local_task, rows, a, view, self.hyper, self.config.local_tol,
-                                        self.config.max_sweeps) for rows, a in zip(self._blocks, self._states)]
+        results = [self.executor.submit(batch_local_task, rows, a, view, self.hyper,
+                                        self.config.local_settings()) for rows, a in zip(self._blocks, self._states)]
         self._states = [self.executor.submit(pick, r, 0) for r in results]
         stats = self.executor.gather(tree_reduce(self.executor, [self.executor.submit(pick, r, 1) for r in results]))
         self.g, self.h = bnmf.batch_update(stats["S"], stats["theta_sum"], self.hyper)
@@ -262,8 +269,8 @@ class BNMFDriver:
         if step + 1 < self.total_steps():
             self._prefetched = {step + 1: self._minibatch_rows(step + 1)}
         view = self.executor.broadcast(self._sweep_view())
-        parts = [self.executor.submit(svi_block_task, rows, view, self.hyper, self.config.local_tol,
-                                      self.config.max_sweeps) for rows in blocks]
+        parts = [self.executor.submit(svi_block_task, rows, view, self.hyper,
+                                      self.config.local_settings()) for rows in blocks]
         stats = self.executor.gather(tree_reduce(self.executor, parts))
         rho = bnmf.step_size(step, self.config.t0, self.config.kappa)
         if stats["docs"] > 0:
@@ -278,7 +285,7 @@ class BNMFDriver:
         view = self.executor.broadcast(bnmf.TopicView.from_params(self.g, self.h))
         mean_beta = self.executor.broadcast(self.g / self.h)
         parts = [self.executor.submit(completion_task, rows, self.config.seed, i, view, mean_beta, self.hyper,
-                                      self.config.local_tol, self.config.max_sweeps)
+                                      self.config.local_settings())
                  for i, rows in enumerate(self._eval)]
         total = self.executor.gather(tree_reduce(self.executor, parts))
         return total["ll"] / max(total["tokens"], 1.0)

@@ -40,8 +40,12 @@ def _config_args(p: argparse.ArgumentParser, config_cls: type) -> None:
         default = f.default
         kind = next(t for t in typing.get_args(hints[f.name]) or (hints[f.name],) if t is not type(None))
         flags = [f"--{f.name.replace('_', '-')}", *FLAG_ALIASES.get(f.name, [])]
-        p.add_argument(*flags, dest=f"cfg_{f.name}", metavar=f.name.upper(), type=kind, default=None,
-                       help=f"(default: {default})")
+        if kind is bool:  # --name / --no-name
+            p.add_argument(*flags, dest=f"cfg_{f.name}", action=argparse.BooleanOptionalAction, default=None,
+                           help=f"(default: {'on' if default else 'off'})")
+        else:
+            p.add_argument(*flags, dest=f"cfg_{f.name}", metavar=f.name.upper(), type=kind, default=None,
+                           help=f"(default: {default})")
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -92,8 +92,7 @@ class BayesianNMF:
         elif m.shape[1] != self.g_.shape[0]:
             raise UserError(f"X has {m.shape[1]} columns but the model was fitted with {self.g_.shape[0]} words")
         view = bnmf.TopicView.from_params(self.g_, self.h_)
-        res = bnmf.local_step(m.indptr, m.indices, m.data, view, hyper, self.config.local_tol,
-                              self.config.max_sweeps)
+        res = bnmf.local_step(m.indptr, m.indices, m.data, view, hyper, self.config.local_settings())
         rho = bnmf.step_size(self.n_steps_, self.config.t0, self.config.kappa)
         self.g_, self.h_ = bnmf.stochastic_update(self.g_, self.h_, res.S, res.theta_sum, hyper,
                                                   total_docs / max(m.shape[0], 1), rho)
@@ -111,8 +110,8 @@ class BayesianNMF:
     def transform(self, X, normalize: bool = False) -> np.ndarray:
         """E[theta_d] for every document (rows of ``X``), or topic proportions if ``normalize``."""
         m, hyper, view = self._fitted(X)
-        res = bnmf.local_step(m.indptr, m.indices, m.data, view, hyper, self.config.local_tol,
-                              self.config.max_sweeps, with_stats=False)
+        res = bnmf.local_step(m.indptr, m.indices, m.data, view, hyper, self.config.local_settings(),
+                              with_stats=False)
         weights = res.a / bnmf.theta_rate(view, hyper)
         return weights / weights.sum(axis=1, keepdims=True) if normalize else weights
 
@@ -120,7 +119,7 @@ class BayesianNMF:
         """Held-out per-word log likelihood of ``X`` by threefold document completion (SPEC 4)."""
         m, hyper, view = self._fitted(X)
         ll, tokens = bnmf.threefold_completion(m.indptr, m.indices, m.data, view, self.g_ / self.h_, hyper,
-                                               self.config.local_tol, self.config.max_sweeps,
+                                               self.config.local_settings(),
                                                stream(self.config.seed, "score"))
         return ll / max(tokens, 1.0)
 

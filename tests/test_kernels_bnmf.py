@@ -24,8 +24,18 @@ def _globals(X, n_topics, rng):
     return hyper, g, h
 
 
-def _per_document_reference(X, view, hyper, tol, max_sweeps):
-    """The local step written as a plain loop over documents (no grouping, no padding)."""
+def _squarem_reference(x0, x1, x2, floor):
+    """SQUAREM S3 for one document (Varadhan and Roland 2008), with the kernel's safeguards."""
+    r, v = x1 - x0, x2 - x1 - (x1 - x0)
+    alpha = -np.linalg.norm(r) / np.linalg.norm(v) if np.linalg.norm(v) > 0 else -1.0
+    alpha = min(alpha, -1.0)
+    out = np.maximum(x0 - 2 * alpha * r + alpha ** 2 * v, bnmf.SQUAREM_SHRINK_LIMIT * x2)
+    return np.where(out <= floor, x2, out)
+
+
+def _per_document_reference(X, view, hyper, tol, max_sweeps, accelerate=False):
+    """The local step written as a plain loop over documents (no grouping, no padding); with
+    ``accelerate`` every third sweep starts from the SQUAREM point of the two before."""
     n_docs, n_topics = X.shape[0], view.exp_elog_beta.shape[1]
     rate = hyper.b0 + view.beta_sum
     A = np.zeros((n_docs, n_topics))
@@ -38,31 +48,48 @@ def _per_document_reference(X, view, hyper, tol, max_sweeps):
             A[d] = a
             continue
         B = view.exp_elog_beta[idx]
+        history = []
         for sweep in range(1, max_sweeps + 1):
             t = np.exp(digamma(a)) / rate
             phi = B @ t
             a_new = hyper.a0 + t * (B.T @ (x / phi))
-            change = np.abs(a_new - a).mean()
-            a = a_new
-            if change < tol:
+            if np.abs(a_new - a).mean() < tol:
+                a = a_new
                 break
+            history = [a, a_new] if sweep % 3 == 1 else history
+            extrapolate = accelerate and sweep % 3 == 2
+            a = _squarem_reference(*history, a_new, hyper.a0) if extrapolate else a_new
         A[d] = a
         S[idx] += B * t[None, :] * (x / phi)[:, None]
     return A, S
 
 
+@pytest.mark.parametrize("accelerate", [False, True])
 @pytest.mark.parametrize("max_sweeps", [3, 200])
-def test_vectorised_local_step_equals_per_document_loop(max_sweeps):
+def test_vectorised_local_step_equals_per_document_loop(max_sweeps, accelerate):
     X, rng = _corpus()
     hyper, g, h = _globals(X, 4, rng)
     view = bnmf.TopicView.from_params(g, h)
-    res = bnmf.local_step(X.indptr, X.indices, X.data, view, hyper, tol=1e-4, max_sweeps=max_sweeps)
-    A, S = _per_document_reference(X, view, hyper, tol=1e-4, max_sweeps=max_sweeps)
+    res = bnmf.local_step(X.indptr, X.indices, X.data, view, hyper, bnmf.LocalSettings(1e-4, max_sweeps, accelerate))
+    A, S = _per_document_reference(X, view, hyper, tol=1e-4, max_sweeps=max_sweeps, accelerate=accelerate)
     np.testing.assert_allclose(res.a, A, rtol=0, atol=1e-10)
     np.testing.assert_allclose(res.S, S, rtol=0, atol=1e-10)
     assert res.sweeps.max() <= max_sweeps
     # a_d = a0 + sum_v X_dv p^(vd): the statistics and the shapes come from the same p
     np.testing.assert_allclose(res.S.sum(), (res.a - hyper.a0).sum(), rtol=1e-10)
+
+
+def test_accelerated_sweeps_reach_a_fixed_point_in_fewer_sweeps():
+    """SQUAREM changes the path, not the fixed-point equations: at a tight tolerance every
+    accelerated document satisfies a = F(a) and needs fewer sweeps than plain iteration."""
+    X, rng = _corpus(seed=6, n_docs=40, n_words=60, n_topics=8)
+    hyper, g, h = _globals(X, 8, rng)
+    view = bnmf.TopicView.from_params(g, h)
+    plain = bnmf.local_step(X.indptr, X.indices, X.data, view, hyper, bnmf.LocalSettings(1e-9, 2000))
+    fast = bnmf.local_step(X.indptr, X.indices, X.data, view, hyper, bnmf.LocalSettings(1e-9, 2000, True))
+    assert fast.sweeps.max() < 2000 and fast.sweeps.sum() < 0.7 * plain.sweeps.sum()
+    again = bnmf.local_step(X.indptr, X.indices, X.data, view, hyper, bnmf.LocalSettings(0.0, 1), a_start=fast.a)
+    np.testing.assert_allclose(again.a, fast.a, rtol=1e-6, atol=1e-7)
 
 
 def test_small_groups_give_the_same_answer(monkeypatch):
@@ -116,8 +143,7 @@ def _batch_run(X, n_topics, n_iter, seed=0):
         if a is not None:
             trace.append(bnmf.local_elbo(X.indptr, X.indices, X.data, view, hyper, a)
                          + bnmf.global_elbo(g, h, hyper))
-        res = bnmf.local_step(X.indptr, X.indices, X.data, view, hyper, tol=1e-6, max_sweeps=50,
-                              a_start=a)
+        res = bnmf.local_step(X.indptr, X.indices, X.data, view, hyper, bnmf.LocalSettings(1e-6, 50), a_start=a)
         a = res.a
         g, h = bnmf.batch_update(res.S, res.theta_sum, hyper)
     return np.array(trace), g, h
@@ -150,8 +176,8 @@ def test_completion_loglik_matches_dense_computation():
     assert (folds.sum(axis=1) == X.data).all()
     observed, held = folds[:, 0] + folds[:, 1], folds[:, 2].astype(float)
     ll, n = bnmf.completion_loglik(X.indptr, X.indices, observed.astype(float), held, view, g / h, hyper,
-                                   tol=1e-6, max_sweeps=100)
-    fit = bnmf.local_step(X.indptr, X.indices, observed.astype(float), view, hyper, 1e-6, 100)
+                                   bnmf.LocalSettings(1e-6, 100))
+    fit = bnmf.local_step(X.indptr, X.indices, observed.astype(float), view, hyper, bnmf.LocalSettings(1e-6, 100))
     theta = fit.a / bnmf.theta_rate(view, hyper)
     word_probs = theta @ (g / h).T
     word_probs /= word_probs.sum(axis=1, keepdims=True)
