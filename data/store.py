@@ -32,7 +32,7 @@ from buffet.data.errors import InputError, StoreError
 FORMAT_VERSION = 1
 KINDS = ("real", "binary", "counts")
 LAYOUTS = ("csr", "dense")
-NNZ_CHUNK = 1 << 20
+NNZ_CHUNK = 1 << 17  # nnz per Zarr chunk: a 500-document block (~130k nnz) decompresses ~2 chunks, not 1M entries
 
 
 @dataclass(frozen=True)
@@ -120,13 +120,17 @@ class Dataset:
         self.kind: str = attrs["kind"]
         self.shape: tuple[int, int] = tuple(attrs["shape"])  # type: ignore[assignment]
         self.rows_per_chunk: int = int(attrs["rows_per_chunk"])
+        self._arrays: dict[str, zarr.Array] = {}
         self._validate()
 
     def _array(self, name: str) -> zarr.Array:
-        try:
-            return self.group[name]
-        except KeyError:
-            raise StoreError(f"{self.path}: array {name!r} is missing (partial or corrupt store)") from None
+        """The named array, opened once (opening reads its metadata from the store)."""
+        if name not in self._arrays:
+            try:
+                self._arrays[name] = self.group[name]
+            except KeyError:
+                raise StoreError(f"{self.path}: array {name!r} is missing (partial or corrupt store)") from None
+        return self._arrays[name]
 
     def _validate(self) -> None:
         n, d = self.shape
@@ -170,7 +174,7 @@ class Dataset:
             val = np.asarray(self._array("data")[lo:hi], dtype=np.float64)
             return CSRRows(ptr - lo, idx, val, self.n_cols)
         X = np.asarray(self._array("X")[r0:r1], dtype=np.float64)
-        mask = np.asarray(self.group["mask"][r0:r1], dtype=bool) if self.has_mask else None
+        mask = np.asarray(self._array("mask")[r0:r1], dtype=bool) if self.has_mask else None
         return DenseRows(X, mask)
 
     def row_bounds(self, rows_per_chunk: int | None = None) -> list[tuple[int, int]]:

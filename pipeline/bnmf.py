@@ -69,9 +69,6 @@ class BNMFConfig:
             raise UserError(f"kappa must be in (0.5, 1], got {self.kappa}")
         if self.precision not in ("float64", "float32"):
             raise UserError(f"precision must be 'float64' or 'float32', got {self.precision!r}")
-        if self.accelerate and self.precision != "float64":
-            raise UserError("accelerate needs precision 'float64': SQUAREM steps on float32 sweeps amplify "
-                            "rounding, and the topics would depend on the chunking")
 
     def local_settings(self) -> bnmf.LocalSettings:
         return bnmf.LocalSettings(self.local_tol, self.max_sweeps, self.accelerate)
