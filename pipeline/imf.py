@@ -6,8 +6,12 @@ posteriors from the reduced statistics, the row chunks update q(z) and return ne
 features whose usage falls below a threshold are pruned, and the evidence L(q; K+) is recorded.
 When L stops changing, the state is compared with the best so far and, unless growth has
 stopped paying, one feature is added: chunks reduce the residual's Gram matrix, the client
-finds its leading direction, chunks project onto it, and the split of the projections
-initialises the new column of q(z).
+finds its ``n_candidates`` leading directions, and for each in turn the chunks project onto it,
+the split of the projections initialises the new column of q(z) and the alternation runs to
+convergence from there. The candidate with the best L is the state at the new K+ (paper 000
+Algorithm 1 grows from the previous state; trying several residual directions, as the
+in-memory reference ``kernels.imf.fit_in_memory`` does, keeps one unlucky direction from
+deciding K+).
 
 With ``offset_reg`` set (an extension of the paper's model, ``kernels.imf.remove_offsets``), row
 and column offsets are fitted first by alternating ridge updates (row offsets on the chunks,
@@ -33,12 +37,16 @@ from buffet.pipeline.executors import Executor, pick, tree_reduce
 from buffet.pipeline.runstore import RunStore
 from buffet.pipeline.settings import require_counts, require_positive
 
+SAVED_STATES = ("best", "base", "leader")  # driver states a checkpoint holds besides the current one
 OFFSET_SWEEPS = 20  # alternations of row and column offsets (ridge ALS converges in a few)
 
 
 @dataclass
 class IMFConfig:
     """Settings of an IMF fit. ``alpha`` None learns alpha under its Gamma hyperprior (SPEC 3.1).
+
+    Each growth step tries ``n_candidates`` residual directions for the new feature and keeps the
+    converged candidate with the best evidence.
 
     ``offset_reg`` None fits the paper's model; a value lambda > 0 first fits row and column offsets
     (ridge strength lambda) and factorises what they leave (extension, ``kernels.imf.remove_offsets``).
@@ -55,9 +63,10 @@ class IMFConfig:
     checkpoint_every: int = 50
     split: str | None = "heldout"
     offset_reg: float | None = None
+    n_candidates: int = 3
 
     def check(self) -> None:
-        require_counts(self, ("max_k", "chunk_rows", "max_iter", "patience", "checkpoint_every"))
+        require_counts(self, ("max_k", "chunk_rows", "max_iter", "patience", "checkpoint_every", "n_candidates"))
         require_positive(self, ("alpha", "offset_reg"))
 
     def model(self) -> imf.Model:
@@ -175,6 +184,10 @@ class IMFDriver:
     iter_in_k: int = 0
     failures: int = 0
     done: bool = False
+    base: dict = field(default_factory=dict)  # the converged state a growth step started from
+    leader: dict = field(default_factory=lambda: {"evidence": -np.inf})  # best candidate of this growth
+    directions: np.ndarray | None = None  # (D, candidates) residual directions of this growth
+    candidate: int = 0
 
     def __post_init__(self) -> None:
         self.config.check()
@@ -259,25 +272,55 @@ class IMFDriver:
         self.post = self.model.column_update(self.stats, self.hyper, self.post)
         self.previous = -np.inf
 
+    def _state(self, evidence: float) -> dict:
+        return {"evidence": evidence, "post": self.post, "nu": self.nu, "stats": self.stats}
+
+    def _load(self, state: dict) -> None:
+        self.post, self.nu, self.stats = state["post"], state["nu"], state["stats"]
+
     def _settle(self, evidence: float) -> None:
-        """A K+ has converged: keep it if best, then grow or stop (SPEC 3.1, choosing K+)."""
+        """The alternation has converged (SPEC 3.1, choosing K+). During growth: go on with the next
+        candidate, or take the best candidate as the new K+. Then keep the state if it is the best
+        so far, and grow or stop."""
+        grew = True
+        if self.base:
+            if evidence > self.leader["evidence"]:
+                self.leader = self._state(evidence)
+            self.candidate += 1
+            if self.candidate < self.directions.shape[1]:
+                self._start_candidate()
+                return
+            evidence, base_k = self.leader["evidence"], self.base["post"]["m"].shape[1]
+            self._load(self.leader)
+            grew = self.k_plus > base_k  # every candidate's new feature pruned away: growing again repeats this
+            self.base, self.leader, self.directions = {}, {"evidence": -np.inf}, None
         self.history.append((self.k_plus, evidence))
         if evidence > self.best["evidence"]:
-            self.best = {"evidence": evidence, "post": self.post, "nu": self.nu, "stats": self.stats}
+            self.best = self._state(evidence)
             self.failures = 0
         else:
             self.failures += 1
-        if self.failures >= self.config.patience or self.k_plus >= self.config.max_k:
-            self.post, self.nu, self.stats = self.best["post"], self.best["nu"], self.best["stats"]
+        if not grew or self.failures >= self.config.patience or self.k_plus >= self.config.max_k:
+            self._load(self.best)
             self.done = True
         else:
             self._grow()
 
     def _grow(self) -> None:
+        """Residual directions of the converged state from reduced Gram sums; start the first candidate."""
         m = self.executor.broadcast(self.post["m"])
         sums = self.executor.gather(tree_reduce(self.executor, [
             self.executor.submit(residual_stats_task, b, nu, m) for b, nu in zip(self.blocks, self.nu)]))
-        direction = imf.residual_directions(sums["gram"], sums["col_sum"], sums["n_rows"], 1)[:, 0]
+        count = min(self.config.n_candidates, sums["gram"].shape[0])
+        self.directions = imf.residual_directions(sums["gram"], sums["col_sum"], sums["n_rows"], count)
+        self.base, self.candidate = self._state(-np.inf), 0
+        self._start_candidate()
+
+    def _start_candidate(self) -> None:
+        """From the base state, one more q(z) column split from the projections on the current direction."""
+        self._load(self.base)
+        m = self.executor.broadcast(self.post["m"])
+        direction = self.directions[:, self.candidate]
         projections = [self.executor.submit(project_task, b, nu, m, direction) for b, nu in zip(self.blocks, self.nu)]
         sign, threshold = imf.orient_and_split(np.concatenate(self.executor.gather(projections)))
         self.nu = [self.executor.submit(extend_task, nu, p, sign, threshold) for nu, p in zip(self.nu, projections)]
@@ -290,15 +333,20 @@ class IMFDriver:
         folder = run.new_checkpoint_dir(step)
         arrays = {f"post_{k}": v for k, v in self.post.items()}
         arrays.update({f"stats_{k}": v for k, v in self.stats.items()})
-        if "post" in self.best:
-            arrays.update({f"best_post_{k}": v for k, v in self.best["post"].items()})
-            arrays.update({f"best_stats_{k}": v for k, v in self.best["stats"].items()})
-            self._write_rows(run, folder, "best_nu", self.best["nu"])
+        for name in SAVED_STATES:
+            state = getattr(self, name)
+            if "post" in state:
+                arrays.update({f"{name}_post_{k}": v for k, v in state["post"].items()})
+                arrays.update({f"{name}_stats_{k}": v for k, v in state["stats"].items()})
+                arrays[f"{name}_evidence"] = np.float64(state["evidence"])
+                self._write_rows(run, folder, f"{name}_nu", state["nu"])
+        if self.directions is not None:
+            arrays["directions"] = self.directions
         self._write_rows(run, folder, "nu", self.nu)
         arrays.update({"history": np.array(self.history, dtype=np.float64).reshape(-1, 2),
                        "previous": np.float64(self.previous), "iter_in_k": np.int64(self.iter_in_k),
                        "failures": np.int64(self.failures), "done": np.bool_(self.done),
-                       "best_evidence": np.float64(self.best["evidence"])})
+                       "candidate": np.int64(self.candidate)})
         run.commit_checkpoint(folder, step, arrays, {"trace": trace})
 
     def _write_rows(self, run: RunStore, folder: Path, name: str, nus: list) -> None:
@@ -314,11 +362,13 @@ class IMFDriver:
         path = str(folder / "locals.zarr")
         self.post, self.stats = unpack("post_"), unpack("stats_")
         self.nu = [self.executor.submit(read_rows_task, path, "nu", r0, r1) for r0, r1 in self.ranges]
-        if any(k.startswith("best_post_") for k in arrays):
-            self.best = {"evidence": float(arrays["best_evidence"]), "post": unpack("best_post_"),
-                         "stats": unpack("best_stats_"),
-                         "nu": [self.executor.submit(read_rows_task, path, "best_nu", r0, r1)
-                                for r0, r1 in self.ranges]}
+        for name in SAVED_STATES:
+            if f"{name}_evidence" in arrays:
+                setattr(self, name, {"evidence": float(arrays[f"{name}_evidence"]), "post": unpack(f"{name}_post_"),
+                                     "stats": unpack(f"{name}_stats_"),
+                                     "nu": [self.executor.submit(read_rows_task, path, f"{name}_nu", r0, r1)
+                                            for r0, r1 in self.ranges]})
+        self.directions, self.candidate = arrays.get("directions"), int(arrays["candidate"])
         self.history = [(int(k), float(ev)) for k, ev in arrays["history"]]
         self.previous, self.iter_in_k = float(arrays["previous"]), int(arrays["iter_in_k"])
         self.failures, self.done = int(arrays["failures"]), bool(arrays["done"])

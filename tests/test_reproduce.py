@@ -1,5 +1,7 @@
 """`buffet reproduce` experiments (issue 3 item 4), their baselines and the IMF offsets extension."""
 
+from dataclasses import replace
+
 import numpy as np
 import pytest
 
@@ -94,7 +96,7 @@ def test_imf_offsets_in_the_driver_equal_offsets_then_the_in_memory_reference(tm
     heldout = holdout_entries(np.ones(x.shape, bool), 0.1, 0)
     ds = from_array(x, tmp_path / "x.zarr", "real", rows_per_chunk=16)
     add_split(ds, "heldout", {"test_mask": heldout}, {"kind": "entries"})
-    config = IMFConfig(max_k=6, chunk_rows=16, tol=1e-7, max_iter=400, alpha=1.0, offset_reg=1.0)
+    config = IMFConfig(max_k=6, chunk_rows=16, tol=1e-7, max_iter=400, alpha=1.0, offset_reg=1.0, n_candidates=1)
     fit = fit_engine(config, str(tmp_path / "x.zarr"))
 
     row, col = baselines.fit_biases(x, ~heldout, 1.0, n_iter=OFFSET_SWEEPS)
@@ -105,5 +107,5 @@ def test_imf_offsets_in_the_driver_equal_offsets_then_the_in_memory_reference(tm
     assert fit.k_plus == reference.nu.shape[1]
     np.testing.assert_allclose(fit.predictions, expected, atol=1e-8)
     np.testing.assert_allclose(fit.truths, x[heldout])
-    without = fit_engine(IMFConfig(max_k=6, chunk_rows=16, alpha=1.0), str(tmp_path / "x.zarr"))
+    without = fit_engine(replace(config, offset_reg=None), str(tmp_path / "x.zarr"))
     assert np.mean((fit.predictions - fit.truths) ** 2) < np.mean((without.predictions - without.truths) ** 2)
