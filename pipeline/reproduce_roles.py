@@ -6,9 +6,12 @@ the product's pair ingest and transposed so that permissions are rows. Per rando
 by the AUC of its scores on the held-out entries.
 
 Choices are made on a validation part of the TRAINING entries (20% of them), never on held-out
-entries: the K (1..20) of every baseline, and whether IMF/INMF fit row and column offsets (the
-``offset_reg`` extension of ``IMFConfig``; otherwise IMF/INMF run with the driver's defaults and choose
-K+ by evidence). The chosen setting is then refitted on all training entries.
+entries: the K (1..20) of every baseline; for IMF/INMF, whether they fit row and column offsets (the
+``offset_reg`` extension of ``IMFConfig``) and the cap ``max_k`` on K+ (``MAX_K_CHOICES``; K+ still
+grows by evidence up to the cap). The cap is there because on these sparse 0/1 matrices the
+linear-Gaussian evidence keeps adding features (to the cap of 20 and beyond) while the held-out
+ranking gets worse with every feature past a few. The chosen setting is then refitted on all
+training entries.
 
 Methods: IMF, INMF (the engine's ``IMFDriver``), truncated SVD with column-mean filling, iterative SVD
 imputation, masked NMF, popularity (row rate + column rate) and popularity + SVD of its residual.
@@ -17,7 +20,8 @@ imputation, masked NMF, popularity (row rate + column rate) and popularity + SVD
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, replace
+import re
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator, Sequence
 
@@ -53,6 +57,7 @@ TEST_FRACTION = 0.2
 VALID_FRACTION = 0.2
 VALID_SEED = 7919  # offset that makes the validation draw independent of the held-out draw
 OFFSET_REG = 1.0  # ridge strength of the offsets candidate (the other candidate: no offsets)
+MAX_K_CHOICES = (2, 4, 8, 20)  # caps on K+ for IMF/INMF tried on the validation entries
 
 # Paper 000, table 1: (K, AUC) on Domino and on Firewall. The paper's numbers, not measured here.
 PAPER_TABLE_1 = {
@@ -149,18 +154,20 @@ def baseline_results(x: np.ndarray, test: np.ndarray, valid: np.ndarray, seed: i
 
 def engine_results(x: np.ndarray, test: np.ndarray, valid: np.ndarray, work: Path,
                    settings: Settings) -> list[tuple[str, int, float]]:
-    """(method, learned K+, held-out AUC) of IMF and INMF through the engine; offsets or not chosen on
-    the validation entries (a store without the held-out entries, validation as its split). ``work`` is
-    a new folder per split (stores are opened by path and cached)."""
+    """(method, learned K+, held-out AUC) of IMF and INMF through the engine; offsets or not and the cap
+    on K+ chosen on the validation entries (a store without the held-out entries, validation as its
+    split); the label names both choices. ``work`` is a new folder per split (stores are opened by path
+    and cached)."""
     valid_store = write_store(x, ~test, valid, work / "valid.zarr", "binary", settings.chunk_rows)
     test_store = write_store(x, None, test, work / "test.zarr", "binary", settings.chunk_rows)
     out = []
     for name, cls in (("IMF", IMFConfig), ("INMF", INMFConfig)):
-        base = cls(max_k=settings.max_k, chunk_rows=settings.chunk_rows)
-        candidates = [base, replace(base, offset_reg=OFFSET_REG)]
+        caps = tuple(k for k in MAX_K_CHOICES if k < settings.max_k) + (settings.max_k,)
+        candidates = [cls(max_k=cap, chunk_rows=settings.chunk_rows, offset_reg=reg)
+                      for reg in (None, OFFSET_REG) for cap in caps]
         chosen = choose_on_validation(candidates, lambda c: engine_auc(c, valid_store))
         fit = fit_engine(chosen, test_store)
-        label = f"{name} + offsets" if chosen.offset_reg is not None else name
+        label = f"{name}{' + offsets' if chosen.offset_reg is not None else ''} (K+ <= {chosen.max_k})"
         out.append((label, fit.k_plus, auc(fit.predictions, fit.truths)))
     return out
 
@@ -175,12 +182,19 @@ def engine_auc(config: IMFConfig, store: str) -> float:
 
 
 def method_family(label: str) -> str:
-    """IMF/INMF rows are reported under one name whether or not validation chose offsets."""
-    return label.replace(" + offsets", "")
+    """IMF/INMF rows are reported under one name whatever validation chose (offsets, cap on K+)."""
+    return re.sub(r" \+ offsets| \(K\+ <= \d+\)", "", label)
+
+
+def chosen_caps(labels: list[str]) -> str:
+    """How often validation chose each cap on K+, e.g. "2: 7, 4: 3" ("" for the baselines)."""
+    caps = [int(m.group(1)) for m in (re.search(r"\(K\+ <= (\d+)\)", label) for label in labels) if m]
+    return ", ".join(f"{cap}: {caps.count(cap)}" for cap in sorted(set(caps)))
 
 
 def summarise(records: list[tuple[str, int, str, int, float]]) -> list[list[object]]:
-    """Rows (dataset, method, mean K, AUC mean, AUC std, splits with offsets, paper K, paper AUC)."""
+    """Rows (dataset, method, mean K, AUC mean, AUC std, splits with offsets, caps on K+ chosen, paper K,
+    paper AUC)."""
     rows = []
     for dataset in dict.fromkeys(r[0] for r in records):
         d_index = list(DATASETS).index(dataset)
@@ -188,11 +202,11 @@ def summarise(records: list[tuple[str, int, str, int, float]]) -> list[list[obje
         for method in methods:
             mine = [r for r in records if r[0] == dataset and method_family(r[2]) == method]
             mean, std = mean_std([r[4] for r in mine])
-            with_offsets = sum(r[2].endswith("+ offsets") for r in mine) if method in ("IMF", "INMF") else ""
+            with_offsets = sum("+ offsets" in r[2] for r in mine) if method in ("IMF", "INMF") else ""
             paper = PAPER_TABLE_1.get(PAPER_NAMES.get(method, ""))
             rows.append([dataset, method, f"{np.mean([r[3] for r in mine]):.1f}", mean, std,
                          f"{with_offsets}/{len(mine)}" if with_offsets != "" else "",
-                         paper[d_index][0] if paper else "", paper[d_index][1] if paper else float("nan")])
+                         chosen_caps([r[2] for r in mine]), paper[d_index][0] if paper else "", paper[d_index][1] if paper else float("nan")])
     return rows
 
 
@@ -205,7 +219,7 @@ def figure(rows: list[list[object]], path: Path) -> Path:
         pos = np.arange(len(mine))
         ax.bar(pos, [r[3] for r in mine], yerr=[r[4] for r in mine], color="tab:blue", alpha=0.6, capsize=3,
                label="measured (mean +- std)")
-        paper = [(p, r[7]) for p, r in zip(pos, mine) if not np.isnan(r[7])]
+        paper = [(p, r[8]) for p, r in zip(pos, mine) if not np.isnan(r[8])]
         if paper:
             ax.scatter(*zip(*paper), color="black", marker="_", s=300, zorder=3, label="paper 000 table 1")
         ax.set_xticks(pos, [r[1] for r in mine], rotation=35, ha="right", fontsize=8)
@@ -236,12 +250,14 @@ def run_with(out_dir: Path, seeds: int, settings: Settings) -> list[Path]:
                 records.append((dataset, seed, method, k, value))
                 print(f"{dataset} split {seed}: {method:30s} K={k:2d} AUC={value:.4f}", flush=True)
     rows = summarise(records)
-    header = ["data set", "method", "mean K", "AUC mean", "AUC std", "offsets chosen", "paper K", "paper AUC"]
+    header = ["data set", "method", "mean K", "AUC mean", "AUC std", "offsets chosen", "K+ caps chosen", "paper K",
+              "paper AUC"]
     per_split = write_csv(["data set", "split", "method", "K", "AUC"], records, out_dir / "role_mining_splits.csv")
     notes = (f"{seeds} random splits per data set; 20% of the entries held out; K (1..{max(settings.ks)}) "
              "of every baseline and offsets-or-not of IMF/INMF chosen on a validation part (20%) of the "
              "training entries. 'offsets chosen' counts the splits whose validation picked the offsets "
-             "extension. Paper columns: paper 000 table 1 (the paper's numbers, not measured here).")
+             "extension; 'K+ caps chosen' counts the caps on K+ validation picked for IMF/INMF (K+ grows by "
+             "evidence up to the cap). Paper columns: paper 000 table 1 (the paper's numbers, not measured here).")
     files = [write_markdown("Role mining (paper 000 table 1)", [notes, markdown_table(header, rows)],
                             out_dir / "role_mining.md"),
              write_csv(header, rows, out_dir / "role_mining.csv"), per_split,

@@ -109,3 +109,12 @@ def test_imf_offsets_in_the_driver_equal_offsets_then_the_in_memory_reference(tm
     np.testing.assert_allclose(fit.truths, x[heldout])
     without = fit_engine(replace(config, offset_reg=None), str(tmp_path / "x.zarr"))
     assert np.mean((fit.predictions - fit.truths) ** 2) < np.mean((without.predictions - without.truths) ** 2)
+
+
+def test_role_mining_reports_imf_choices_under_one_name():
+    from buffet.pipeline.reproduce_roles import chosen_caps, method_family
+
+    labels = ["IMF + offsets (K+ <= 4)", "IMF (K+ <= 2)", "IMF + offsets (K+ <= 4)"]
+    assert {method_family(label) for label in labels} == {"IMF"}
+    assert method_family("SVD (mean fill)") == "SVD (mean fill)"
+    assert chosen_caps(labels) == "2: 1, 4: 2" and chosen_caps(["Popularity"]) == ""
