@@ -16,42 +16,13 @@ from __future__ import annotations
 import argparse
 import json
 import shutil
-import subprocess
 import sys
-import time
 from pathlib import Path
 
-import psutil
-
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import machine, record
+from common import machine, record, run_measured
 
 BUFFET = str(Path(sys.executable).with_name("buffet"))
-
-
-def run_measured(cmd: list[str], interval: float = 0.1) -> dict:
-    """Run ``cmd``; return wall seconds and the peak summed RSS of its process tree."""
-    t0 = time.perf_counter()
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    root = psutil.Process(proc.pid)
-    peak = 0
-    while proc.poll() is None:
-        total = 0
-        try:
-            for p in [root, *root.children(recursive=True)]:
-                try:
-                    total += p.memory_info().rss
-                except psutil.Error:
-                    pass
-        except psutil.Error:
-            pass
-        peak = max(peak, total)
-        time.sleep(interval)
-    out = proc.stdout.read()
-    seconds = time.perf_counter() - t0
-    if proc.returncode != 0:
-        raise SystemExit(f"{' '.join(cmd)} failed ({proc.returncode}):\n{out[-3000:]}")
-    return {"seconds": seconds, "peak_rss_mb": peak / 2**20, "command": " ".join(cmd), "output_tail": out[-400:]}
 
 
 def main() -> None:

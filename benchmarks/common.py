@@ -1,5 +1,6 @@
-"""Shared pieces of the issue-2 benchmarks: loading a stored corpus, the held-out
-document-completion protocol used for every system, and peak-memory sampling.
+"""Shared pieces of the benchmarks: loading a stored corpus, the held-out document-completion
+protocol used for every system, peak-memory sampling of this process and of a command's
+process tree (``run_measured``).
 
 Nothing here is part of the ``buffet`` package; the benchmarks import it by path.
 """
@@ -9,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 import platform
+import subprocess
 import threading
 import time
 from pathlib import Path
@@ -160,3 +162,28 @@ def record(path: str | None, result: dict) -> None:
     if path:
         with Path(path).open("a") as out:
             out.write(line + "\n")
+
+
+def run_measured(cmd: list[str], interval: float = 0.1) -> dict:
+    """Run ``cmd``; return wall seconds and the peak summed RSS of its process tree."""
+    t0 = time.perf_counter()
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    root = psutil.Process(proc.pid)
+    peak = 0
+    while proc.poll() is None:
+        total = 0
+        try:
+            for p in [root, *root.children(recursive=True)]:
+                try:
+                    total += p.memory_info().rss
+                except psutil.Error:
+                    pass
+        except psutil.Error:
+            pass
+        peak = max(peak, total)
+        time.sleep(interval)
+    out = proc.stdout.read()
+    seconds = time.perf_counter() - t0
+    if proc.returncode != 0:
+        raise SystemExit(f"{' '.join(cmd)} failed ({proc.returncode}):\n{out[-3000:]}")
+    return {"seconds": seconds, "peak_rss_mb": peak / 2**20, "command": " ".join(cmd), "output_tail": out[-400:]}
