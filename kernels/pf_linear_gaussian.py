@@ -4,7 +4,8 @@ Model: X = Z A + noise, noise iid N(0, sigma_X^2), A (K+ x D) iid N(0, sigma_A^2
 A is integrated out: each particle carries the Gaussian posterior of A given its Z and the rows
 seen so far, mean M (K x D) and covariance S (K x K, the same for every column when rows are
 fully observed). One row costs O(K^2 + K D) per particle; the growing N x N matrix of the
-paper's eq. 7 is never formed.
+paper's eq. 7 is never formed. z_i comes from a named proposal (``pf_proposals``: the paper's IBP
+prior, or "guided" by x_i), and the weight is the exact importance weight of eq. 5 for it.
 
 Block layout (``LGParticles``, extending ``IBPParticles``):
     Z (L, N, Kc) bool, m (L, Kc) int64   -- see ``ibp_prior``
@@ -22,7 +23,8 @@ from typing import ClassVar
 
 import numpy as np
 
-from .ibp_prior import IBPParticles, propose_ibp_row
+from .ibp_prior import IBPParticles
+from .pf_proposals import PROPOSALS, append_row, row_log_density
 
 
 @dataclass(frozen=True)
@@ -43,11 +45,6 @@ def init_lg_particles(n_particles: int, n_rows: int, n_cols: int, per_column: bo
                        S=np.zeros((n_particles, n_cov, 0, 0)))
 
 
-def gaussian_log_density(sq_resid: np.ndarray, var: np.ndarray) -> np.ndarray:
-    """log N(r; 0, var) of one entry, elementwise, given r^2 (SPEC 3.3 weight, per entry)."""
-    return -0.5 * (np.log(2.0 * np.pi * var) + sq_resid / var)
-
-
 def kalman_row_update(z: np.ndarray, M: np.ndarray, S: np.ndarray, x: np.ndarray, sigma_x: float,
                       observed: np.ndarray | None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Predictive log-density of row x and the RLS update of (M, S) for every particle (SPEC 3.3).
@@ -64,24 +61,28 @@ def kalman_row_update(z: np.ndarray, M: np.ndarray, S: np.ndarray, x: np.ndarray
     Sz = (S @ z[:, None, :, None])[..., 0]                      # (L, G, K)
     s = sigma_x ** 2 + np.einsum("lgk,lk->lg", Sz, z)           # (L, G)
     r = np.where(observed, x - np.einsum("lk,lkd->ld", z, M), 0.0)  # (L, D)
-    log_w = np.where(observed, gaussian_log_density(r ** 2, s), 0.0).sum(axis=1)
+    log_w = row_log_density(r, s, observed)
     g = Sz / s[..., None]
     keep = observed[:, None, None] if per_column else True
     return log_w, M + g.transpose(0, 2, 1) * r[:, None, :], S - keep * (g[..., :, None] * Sz[..., None, :])
 
 
 def pf_linear_gaussian_step(block: LGParticles, x: np.ndarray, alpha: float, sigma_x: float, sigma_a: float,
-                            rng: np.random.Generator,
-                            observed: np.ndarray | None = None) -> tuple[LGParticles, np.ndarray]:
+                            rng: np.random.Generator, observed: np.ndarray | None = None,
+                            proposal: str = "prior") -> tuple[LGParticles, np.ndarray]:
     """Propagate a block of particles through the next row x (D,) (SPEC 3.3; paper 001 Alg. 2).
 
-    Samples z_i from the IBP conditional, gives new features M rows 0 and prior variance
-    sigma_A^2 in S, weights by log N(x_i; z_i M, (sigma_X^2 + z_i S z_i^T) I) (= eq. 7) and
-    applies the RLS update. Returns the new block and the incremental log-weights (L,).
-    Resampling is the caller's job (``resampling``), across all blocks.
+    Draws z_i from ``proposal`` (``pf_proposals``: "prior" is the paper's IBP conditional), gives
+    new features M rows 0 and prior variance sigma_A^2 in S, weights by
+    log N(x_i; z_i M, (sigma_X^2 + z_i S z_i^T) I) (= eq. 7) plus the proposal's
+    log p(z_i | past) - log q(z_i) (eq. 5) and applies the RLS update. Returns the new block and
+    the incremental log-weights (L,). Resampling is the caller's job (``resampling``), across all blocks.
     """
-    grown, (particle, feature, _) = propose_ibp_row(block, alpha, rng)
-    grown.S[particle, :, feature, feature] = sigma_a ** 2
+    x = np.asarray(x, np.float64)
+    z_old, k_new, log_ratio = PROPOSALS[proposal](block, x, alpha, sigma_x, sigma_a, rng, observed)
+    grown, (particle, feature, _) = append_row(block, z_old, k_new)
+    S = grown.S.copy()
+    S[particle, :, feature, feature] = sigma_a ** 2
     z = grown.Z[:, grown.n_rows - 1].astype(np.float64)
-    log_w, M, S = kalman_row_update(z, grown.M, grown.S, np.asarray(x, np.float64), sigma_x, observed)
-    return dataclasses.replace(grown, M=M, S=S), log_w
+    log_w, M, S = kalman_row_update(z, grown.M, S, x, sigma_x, observed)
+    return dataclasses.replace(grown, M=M, S=S), log_w + log_ratio

@@ -17,15 +17,16 @@ from __future__ import annotations
 import dataclasses
 
 import numpy as np
-from scipy.special import logsumexp
 
-from .ibp_prior import Block, class_key, left_order, resize_features
+from .ibp_prior import Block, class_key, left_order
 
 
 def normalise_log_weights(log_w: np.ndarray) -> tuple[np.ndarray, float]:
     """Normalised weights and log of their mean (the row's log-evidence increment), stably."""
-    total = logsumexp(log_w)
-    return np.exp(log_w - total), float(total - np.log(log_w.size))
+    top = log_w.max()
+    scaled = np.exp(log_w - top)
+    total = scaled.sum()
+    return scaled / total, float(top + np.log(total / log_w.size))
 
 
 def effective_sample_size(weights: np.ndarray) -> float:
@@ -52,18 +53,42 @@ def ancestor_locations(ancestors: np.ndarray, block_sizes: np.ndarray) -> tuple[
     return block, ancestors - starts[block]
 
 
+def _first_features(arr: np.ndarray, axes: tuple[int, ...], capacity: int) -> np.ndarray:
+    """View of ``arr`` with its feature ``axes`` cut to the first ``capacity`` columns."""
+    return arr[tuple(slice(0, capacity) if a in axes else slice(None) for a in range(arr.ndim))]
+
+
 def select_particles(block: Block, index: np.ndarray) -> Block:
-    """The particles ``index`` of a block (with repeats), feature axes cut to their largest K+."""
-    picked = dataclasses.replace(block, **{name: getattr(block, name)[index] for name in block.FEATURE_AXES})
-    return resize_features(picked, int(picked.n_features.max(initial=0)))
+    """The particles ``index`` of a block (with repeats), feature axes cut to their largest K+.
+
+    The arrays of the result are new (contiguous copies), so callers may write into them.
+    """
+    capacity = int(np.count_nonzero(block.m[index], axis=1).max(initial=0))
+    return dataclasses.replace(block, **{name: _first_features(getattr(block, name), axes, capacity)[index]
+                                         for name, axes in block.FEATURE_AXES.items()})
 
 
-def concatenate_blocks(blocks: list[Block]) -> Block:
-    """One block from several (same type and row count), feature axes padded to the widest."""
-    capacity = max(b.m.shape[1] for b in blocks)
-    padded = [resize_features(b, capacity) for b in blocks]
-    return dataclasses.replace(padded[0], **{name: np.concatenate([getattr(b, name) for b in padded])
-                                             for name in blocks[0].FEATURE_AXES})
+def concatenate_blocks(blocks: list[Block], capacity: int | None = None) -> Block:
+    """One block from several (same type and row count), feature axes padded with zeros to
+    ``capacity`` columns (default: the widest block's).
+
+    A single block already that wide is returned as it is; otherwise the arrays of the result are new.
+    """
+    capacity = max(b.m.shape[1] for b in blocks) if capacity is None else capacity
+    if len(blocks) == 1 and blocks[0].m.shape[1] == capacity:
+        return blocks[0]
+    starts = np.cumsum([0] + [b.n_particles for b in blocks])
+    arrays = {}
+    for name, axes in blocks[0].FEATURE_AXES.items():
+        shape = list(getattr(blocks[0], name).shape)
+        shape[0] = starts[-1]
+        for a in axes:
+            shape[a] = capacity
+        arrays[name] = np.zeros(shape, getattr(blocks[0], name).dtype)
+        for b, lo, hi in zip(blocks, starts[:-1], starts[1:]):
+            part = getattr(b, name)
+            arrays[name][(slice(lo, hi), *map(slice, part.shape[1:]))] = part
+    return dataclasses.replace(blocks[0], **arrays)
 
 
 def expected_zzt(Z: np.ndarray, weights: np.ndarray) -> np.ndarray:

@@ -32,6 +32,7 @@ from buffet.kernels import ibp_prior
 from buffet.kernels.pf_linear_gaussian import LGParticles, init_lg_particles, pf_linear_gaussian_step
 from buffet.kernels.pf_noisy_or import (NoisyORParams, NoisyORParticles, init_noisy_or_particles,
                                         pf_noisy_or_step)
+from buffet.kernels.pf_proposals import PROPOSALS
 from buffet.kernels.resampling import (ancestor_locations, concatenate_blocks, effective_sample_size,
                                        normalise_log_weights, select_particles, systematic_resample)
 from buffet.pipeline import ibp_summary
@@ -95,23 +96,28 @@ class ParticleConfig:
 
 @dataclass
 class LGParticleConfig(ParticleConfig):
-    """Collapsed linear-Gaussian filter (paper 001 Alg. 2): noise and feature standard deviations."""
+    """Collapsed linear-Gaussian filter (paper 001 Alg. 2): noise and feature standard deviations, and
+    the proposal of z_i (``kernels.pf_proposals``: "prior" is the paper's, "guided" looks at x_i)."""
 
     sigma_x: float = 1.0
     sigma_a: float = 1.0
+    proposal: str = "prior"
 
     BLOCK_CLS: ClassVar[type] = LGParticles
 
     def check(self) -> None:
         super().check()
         require_positive(self, ("sigma_x", "sigma_a"))
+        if self.proposal not in PROPOSALS:
+            raise UserError(f"proposal must be one of {', '.join(PROPOSALS)}, got {self.proposal!r}")
 
     def empty_block(self, size: int, n_rows: int, n_cols: int, masked: bool) -> LGParticles:
         return init_lg_particles(size, n_rows, n_cols, per_column=masked)
 
     def propagate(self, block: LGParticles, x: np.ndarray, observed: np.ndarray | None,
                   rng: np.random.Generator) -> tuple[LGParticles, np.ndarray]:
-        return pf_linear_gaussian_step(block, x, self.alpha, self.sigma_x, self.sigma_a, rng, observed)
+        return pf_linear_gaussian_step(block, x, self.alpha, self.sigma_x, self.sigma_a, rng, observed,
+                                       self.proposal)
 
     def features(self, block: LGParticles) -> np.ndarray:
         return block.M

@@ -10,7 +10,8 @@ with run seeds 0, 1, ...; points are the mean time and mean error with standard 
 
 * ``pf-images`` (paper 001 figure 3): one data set, 100 rows of the four 6x6 images, z ~ Bern(0.5),
   sigma_X = 0.5; ZZ^T error (SPEC 4). The filters and the Gibbs chains use alpha = 1,
-  sigma_X = 0.5, sigma_A = 1 (Gibbs resamples all three each sweep, SPEC 3.4).
+  sigma_X = 0.5, sigma_A = 1 (Gibbs resamples all three each sweep, SPEC 3.4). Option ``proposal``
+  (``run_experiment(..., options={"proposal": "prior"})``): the filter's proposal of z_i.
 * ``pf-noisy-or`` (paper 001 figure 5): Z 6 x 4 from the IBP(3), Y 4 x 250 with p = 0.1, X from
   eq. 8 with lambda = 0.9, eps = 0.01; ZZ^T error; alpha = 3, p, lambda, eps at their true values
   (Gibbs resamples alpha).
@@ -211,19 +212,20 @@ def write_outputs(out_dir: Path, name: str, title: str, paper: str, curves: dict
 
 # ----- the experiments -----
 
-def pf_images(out_dir: Path, seeds: int, quick: bool) -> list[Path]:
-    """Paper 001 figure 3 (module docstring)."""
+def pf_images(out_dir: Path, seeds: int, quick: bool, proposal: str = LGParticleConfig.proposal) -> list[Path]:
+    """Paper 001 figure 3 (module docstring); ``proposal`` names the filter's proposal of z_i (SPEC 3.3)."""
     n_rows, particles, sweeps = (30, [1, 10, 100], [2, 5, 20]) if quick else \
         (100, [1, 10, 100, 500, 1000, 2500, 5000], [1, 2, 5, 10, 20, 50, 100, 200, 500, 1000])
     data = image_data(np.random.default_rng(0), n_rows=n_rows, noise_sd=0.5)
     rows = MemoryRows(data.X)
     pf, gibbs = filter_and_gibbs(
-        lambda p, seed: LGParticleConfig(particles=p, blocks=1, alpha=1.0, sigma_x=0.5, sigma_a=1.0, seed=seed),
+        lambda p, seed: LGParticleConfig(particles=p, blocks=1, alpha=1.0, sigma_x=0.5, sigma_a=1.0, seed=seed,
+                                         proposal=proposal),
         lambda s, seed: LGGibbsConfig(sweeps=s, chains=1, alpha=1.0, sigma_x=0.5, sigma_a=1.0, seed=seed),
         lambda seed: rows, particles, sweeps, seeds, lambda post, seed: zzt_error(post["zzt"], data.Z))
     p100 = next((p for p in pf if p.setting == 100), None)
     notes = [f"Data: {n_rows} x 36, four 6x6 images, z ~ Bern(0.5), sigma_X = 0.5; {seeds} runs per point; "
-             "one particle block / one chain per run, in process."]
+             f"one particle block / one chain per run, in process; the filter's proposal: {proposal}."]
     if p100 is not None:
         e_gibbs = error_at(gibbs, p100.time[0])
         notes.append(f"At the wall time of the filter with P = 100 ({p100.time[0]:.3g} s) its ZZ^T error is "
@@ -296,6 +298,6 @@ def ibp_speed(out_dir: Path, seeds: int, quick: bool) -> list[Path]:
                          curves, "base error", notes)
 
 
-reproduce.register("pf-images", pf_images)
+reproduce.register("pf-images", pf_images, options=("proposal",))
 reproduce.register("pf-noisy-or", pf_noisy_or)
 reproduce.register("ibp-speed", ibp_speed)

@@ -4,12 +4,14 @@ import itertools
 
 import numpy as np
 import pytest
+from scipy.special import logsumexp
 
 from buffet.kernels.gibbs_linear_gaussian import collapsed_log_likelihood, feature_posterior
 from buffet.kernels.gibbs_noisy_or import collapsed_log_likelihood as noisy_or_log_marginal
-from buffet.kernels.ibp_prior import class_key, exact_class_posterior, left_order
+from buffet.kernels.ibp_prior import class_key, exact_class_posterior, left_order, new_feature_log_prior
 from buffet.kernels.ibp_synthetic import image_data, linear_gaussian_x, noisy_or_x, zzt_error
 from buffet.kernels.pf_linear_gaussian import init_lg_particles, pf_linear_gaussian_step
+from buffet.kernels.pf_proposals import NEW_FEATURE_TERMS
 from buffet.kernels.pf_noisy_or import (NoisyORParams, init_noisy_or_particles, pf_noisy_or_step,
                                         sample_new_feature_rows)
 from buffet.kernels.resampling import (ancestor_locations, class_distribution, class_mean_features,
@@ -31,8 +33,41 @@ def _run_filter(step, block, X, rng, **kwargs):
 
 # --- linear-Gaussian filter -------------------------------------------------------------------------------
 
+def _brute_predictive(X, observed, Z_past, z_row, sx, sa, i):
+    """log p(x_i | z_i, rows before i) from two collapsed marginal likelihoods (eq. 6, K x K form)."""
+    Z = np.vstack([Z_past, z_row]).astype(float)
+    return (collapsed_log_likelihood(X[:i + 1], Z, sx, sa, observed[:i + 1])
+            - collapsed_log_likelihood(X[:i], Z[:i], sx, sa, observed[:i]))
+
+
+def _brute_log_p_over_q(X, observed, Z_past, z_row, m, sx, sa, alpha, i, proposal):
+    """log p(z_i | past) - log q(z_i) over the existing features (the new features' Poisson cancels).
+
+    q(z_ik = 1) = pi_k for the prior; guided, pi_k f(z_i,<k, 1, 0...) / (the sum over z_ik), f the
+    predictive averaged over j <= NEW_FEATURE_TERMS new features (j zero columns before row i)."""
+    log_poisson = new_feature_log_prior(i + 1, alpha, NEW_FEATURE_TERMS)
+
+    def log_f(row):
+        return logsumexp([lp + _brute_predictive(X, observed, np.hstack([Z_past, np.zeros((i, j))]),
+                                                 np.concatenate([row, np.ones(j)]), sx, sa, i)
+                          for j, lp in enumerate(log_poisson)])
+
+    total = 0.0
+    for k, pi in enumerate(m / (i + 1)):
+        on = np.concatenate([z_row[:k], [1.0], np.zeros(len(m) - k - 1)])
+        off = np.concatenate([z_row[:k], np.zeros(len(m) - k)])
+        log_on, log_off = np.log(pi), np.log1p(-pi)
+        if proposal == "guided":
+            log_on, log_off = log_on + log_f(on), log_off + log_f(off)
+        log_q = (log_on if z_row[k] else log_off) - np.logaddexp(log_on, log_off)
+        total += (np.log(pi) if z_row[k] else np.log1p(-pi)) - log_q
+    return total
+
+
+@pytest.mark.parametrize("proposal", ["prior", "guided"])
 @pytest.mark.parametrize("per_column", [False, True])
-def test_lg_log_weights_are_differences_of_brute_force_marginals(per_column):
+def test_lg_log_weights_are_exact_importance_weights_from_brute_force_marginals(per_column, proposal):
+    """log w = log p(x_i, z_i | past) - log q(z_i) (eq. 5), p(x_i | z_i, past) a difference of eq. 6 marginals."""
     rng = np.random.default_rng(0)
     n, d, sx, sa = 7, 4, 0.7, 1.3
     X = rng.normal(size=(n, d))
@@ -40,25 +75,27 @@ def test_lg_log_weights_are_differences_of_brute_force_marginals(per_column):
     block = init_lg_particles(6, n, d, per_column=per_column)
     n_new_seen = 0
     for i in range(n):
-        before = block.n_features
+        before = block
         block, log_w = pf_linear_gaussian_step(block, X[i], 2.0, sx, sa, rng,
-                                               observed[i] if per_column else None)
-        n_new_seen += int((block.n_features - before).sum())
+                                               observed[i] if per_column else None, proposal)
+        n_new_seen += int((block.n_features - before.n_features).sum())
         for l in range(block.n_particles):
-            Z = block.Z[l, :i + 1].astype(float)
-            # eq. 6 computed directly (checked against the N x N Gaussian in test_kernels_gibbs)
-            brute = (collapsed_log_likelihood(X[:i + 1], Z, sx, sa, observed[:i + 1])
-                     - collapsed_log_likelihood(X[:i], Z[:i], sx, sa, observed[:i]))
+            k_old, k_all = before.n_features[l], block.n_features[l]
+            Z_past, z_row = block.Z[l, :i, :k_all], block.Z[l, i, :k_all].astype(float)
+            brute = (_brute_predictive(X, observed, Z_past, z_row, sx, sa, i)
+                     + _brute_log_p_over_q(X, observed, Z_past[:, :k_old], z_row[:k_old], before.m[l, :k_old],
+                                           sx, sa, 2.0, i, proposal))
             assert log_w[l] == pytest.approx(brute, abs=1e-8)
     assert n_new_seen > 6            # the check covered new features, not only existing ones
 
 
-@pytest.mark.parametrize("model", ["lg", "noisy_or"])
+@pytest.mark.parametrize("model", ["prior", "guided", "noisy_or"])
 def test_steps_leave_their_input_block_unchanged(model):
     """Blocks live in Dask tasks: a step returns a new block and never writes into its input."""
     rng = np.random.default_rng(9)
-    if model == "lg":
-        block, step = init_lg_particles(30, 4, 3), lambda b, x: pf_linear_gaussian_step(b, x, 3.0, 0.5, 1.0, rng)
+    if model != "noisy_or":
+        block = init_lg_particles(30, 4, 3)
+        step = lambda b, x: pf_linear_gaussian_step(b, x, 3.0, 0.5, 1.0, rng, proposal=model)
     else:
         block = init_noisy_or_particles(30, 4, 3)
         step = lambda b, x: pf_noisy_or_step(b, x > 0, 3.0, NoisyORParams(), rng)
@@ -91,13 +128,14 @@ def test_lg_particle_means_are_the_exact_feature_posterior():
         np.testing.assert_allclose(block.S[l, 0, :k, :k], 0.8 ** 2 * W_inv, atol=1e-9)
 
 
-def test_lg_filter_matches_exact_class_posterior():
+@pytest.mark.parametrize("proposal", ["prior", "guided"])
+def test_lg_filter_matches_exact_class_posterior(proposal):
     rng = np.random.default_rng(1)
     alpha, sx, sa = 0.7, 0.4, 1.0
     X = linear_gaussian_x(TINY_Z, rng.normal(size=(2, 6)) * sa, sx, rng)
     exact = exact_class_posterior(3, 7, alpha, lambda Z: collapsed_log_likelihood(X, Z, sx, sa))
     block, weights = _run_filter(pf_linear_gaussian_step, init_lg_particles(60000, 3, 6), X, rng,
-                                 alpha=alpha, sigma_x=sx, sigma_a=sa)
+                                 alpha=alpha, sigma_x=sx, sigma_a=sa, proposal=proposal)
     assert total_variation(exact, class_distribution(block.Z, weights)) < 0.05
 
 

@@ -78,9 +78,9 @@ def _reference_filter(config, X):
     return blocks
 
 
-@pytest.mark.parametrize("blocks", [1, 4])
-def test_moving_particles_between_blocks_equals_resampling_the_gathered_particles(tmp_path, stores, blocks):
-    config = LGParticleConfig(particles=50, blocks=blocks, sigma_x=0.5, seed=1)
+@pytest.mark.parametrize("blocks, proposal", [(1, "prior"), (4, "prior"), (4, "guided")])
+def test_moving_particles_between_blocks_equals_resampling_the_gathered_particles(tmp_path, stores, blocks, proposal):
+    config = LGParticleConfig(particles=50, blocks=blocks, sigma_x=0.5, seed=1, proposal=proposal)
     run = fit_run("pf-linear-gaussian", stores["pf-linear-gaussian"], tmp_path / "run", config, SyncExecutor(),
                   quiet=True)
     arrays, _ = _checkpoint(run)
@@ -107,6 +107,9 @@ def test_more_blocks_than_particles_and_bad_settings_are_handled(tmp_path, store
     with pytest.raises(UserError, match="lam"):
         fit_run("pf-noisy-or", stores["pf-noisy-or"], tmp_path / "bad", NoisyORParticleConfig(lam=1.5),
                 SyncExecutor(), quiet=True)
+    with pytest.raises(UserError, match="proposal must be one of prior, guided"):
+        fit_run("pf-linear-gaussian", stores["pf-linear-gaussian"], tmp_path / "bad-proposal",
+                LGParticleConfig(proposal="optimal"), SyncExecutor(), quiet=True)
     with pytest.raises(UserError, match="not 0 or 1"):
         fit_run("pf-noisy-or", stores["pf-linear-gaussian"], tmp_path / "real", NoisyORParticleConfig(),
                 SyncExecutor(), quiet=True)

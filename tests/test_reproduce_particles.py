@@ -33,3 +33,8 @@ def test_quick_reproduction_writes_its_table_and_figure(tmp_path, name, stem):
     assert ">= 10x faster?" in table
     assert (tmp_path / f"{stem}.png").read_bytes()[:4] == b"\x89PNG"
     assert (tmp_path / f"{stem}.csv").read_text().startswith("method,setting,runs")
+
+
+def test_pf_images_takes_the_filters_proposal_as_an_option(tmp_path):
+    run_experiment("pf-images", tmp_path, 1, True, {"proposal": "guided"})
+    assert "the filter's proposal: guided" in (tmp_path / "pf_images.md").read_text()
