@@ -9,10 +9,11 @@ from buffet.data.arrays import from_array
 from buffet.data.splits import add_split, holdout_entries
 from buffet.kernels import baselines, imf
 from buffet.kernels.ibp_images import make_images
+from buffet.pipeline import reproduce_ibp
 from buffet.pipeline.cli import main
 from buffet.pipeline.imf import OFFSET_SWEEPS, IMFConfig
 from buffet.pipeline.imf_outputs import auc
-from buffet.pipeline.reproduce_common import fit_engine
+from buffet.pipeline.reproduce_common import fit_engine, write_store
 
 EXPECTED_FILES = {
     "ibp-evidence": ("ibp_evidence.md", "ibp_evidence.csv", "ibp_evidence.png"),
@@ -118,3 +119,17 @@ def test_role_mining_reports_imf_choices_under_one_name():
     assert {method_family(label) for label in labels} == {"IMF"}
     assert method_family("SVD (mean fill)") == "SVD (mean fill)"
     assert chosen_caps(labels) == "2: 1, 4: 2" and chosen_caps(["Popularity"]) == ""
+
+
+def test_ibp_evidence_oracle_equals_the_engine_where_growth_reaches_the_truth(tmp_path):
+    """On seed 0 the engine's growth ends at the optimum found from the true Z, so the oracle L(q; 4)
+    equals the curve's L(q; 4); the reachability flag compares the better of the two with the other K+."""
+    x, z, _ = make_images(reproduce_ibp.N_ROWS, reproduce_ibp.NOISE_VAR, "four", seed=0)
+    config = IMFConfig(max_k=5, patience=5, chunk_rows=16, split=None)
+    store = write_store(x, None, np.zeros(x.shape, dtype=bool), tmp_path / "images.zarr", "real", 16)
+    curve = reproduce_ibp.evidence_by_k(fit_engine(config, store).history, 5)
+    oracle = reproduce_ibp.oracle_evidence(x, z, config)
+    assert oracle == pytest.approx(curve[3], abs=0.01)
+    values = np.array([curve, curve, [-9.0, -5.0, -1.0, -3.0, -4.0], [-9.0, -5.0, -1.0, np.nan, -4.0]])
+    reachable = reproduce_ibp.true_k_reachable(values, np.array([oracle, np.nan, -0.5, -2.0]))
+    np.testing.assert_array_equal(reachable, [True, True, True, False])
