@@ -33,11 +33,15 @@ class Summary:
 def summarise(Z: np.ndarray, F: np.ndarray, weights: np.ndarray) -> Summary:
     """The sums of samples Z (L, N, K) with features F (L, K, D) and weights (L,) (module docstring).
 
-    Identical matrices Z are grouped first, so the class keys cost O(distinct Z), not O(L).
+    Identical matrices Z are grouped first, so the class keys cost O(distinct Z), not O(L). The
+    grouping compares bit-packed rows as single byte strings (the same lexicographic order as
+    ``np.unique(..., axis=0)`` on the 0/1 rows, many times faster).
     """
     weights = np.asarray(weights, np.float64)
-    flat = Z.reshape(Z.shape[0], -1)
-    _, first, inverse = np.unique(flat, axis=0, return_index=True, return_inverse=True)
+    bits = Z.reshape(Z.shape[0], -1) != 0
+    packed = np.packbits(np.pad(bits, ((0, 0), (0, 1))), axis=1)  # a trailing 0 bit: at least one byte
+    rows = np.ascontiguousarray(packed).view(np.dtype((np.void, packed.shape[1]))).ravel()
+    _, first, inverse = np.unique(rows, return_index=True, return_inverse=True)
     inverse = inverse.ravel()
     mass = np.bincount(inverse, weights=weights, minlength=first.size)
     feature_sum = np.zeros((first.size,) + F.shape[1:])
