@@ -2,13 +2,16 @@
 
 For each seed: N = 100 rows of the four 6x6 images with noise sigma 0.5, a chain started with no
 features at alpha = sigma_X = sigma_A = 1, every hyperparameter resampled each sweep
-(``kernels.gibbs_linear_gaussian.gibbs_sweep``). Records milliseconds per sweep (after a
-warm-up), the K+ of the last half of the chain, the ZZ^T error of the last half's average and
-whether the chain is stuck in a merged-feature mode: K+ of the last half mostly below 4, or a
-ZZ^T error above ``STUCK_ERROR`` (the other chains measured 59-1454 here, 10 seeds;
-the stuck ones carry extra or merged features and measured above 2000).
+(``kernels.gibbs_linear_gaussian.gibbs_sweep``), with ``--split-merge`` split-merge moves per
+sweep (default: that of ``buffet fit gibbs-linear-gaussian``; 0 = plain Gibbs). Records
+milliseconds per sweep (after a warm-up; split-merge moves included), the K+ of the last half of
+the chain, the ZZ^T error of the last half's average and whether the chain is stuck in a
+merged-feature mode: K+ of the last half mostly below 4, or a ZZ^T error above ``STUCK_ERROR``
+(without split-merge the other chains measured 59-1454 here, 10 seeds; the stuck ones carry
+extra or merged features and measured above 2000).
 
     python benchmarks/ibp_gibbs_speed.py --seeds 10 --sweeps 1000
+    python benchmarks/ibp_gibbs_speed.py --seeds 10 --sweeps 1000 --split-merge 0
 """
 
 from __future__ import annotations
@@ -21,12 +24,13 @@ import numpy as np
 
 from buffet.kernels.gibbs_linear_gaussian import LGGibbsState, gibbs_sweep
 from buffet.kernels.ibp_synthetic import image_data, zzt_error
+from buffet.pipeline.gibbs import LGGibbsConfig
 
 STUCK_ERROR = 1500.0
 WARM_UP = 20
 
 
-def run_chain(seed: int, sweeps: int) -> dict:
+def run_chain(seed: int, sweeps: int, split_merge_moves: int) -> dict:
     """One chain on the data of ``seed``: timing and the summary of its last half."""
     rng = np.random.default_rng(seed)
     data = image_data(rng)
@@ -36,7 +40,7 @@ def run_chain(seed: int, sweeps: int) -> dict:
     timed = 0.0
     for sweep in range(sweeps):
         start = time.perf_counter()
-        state = gibbs_sweep(data.X, state, rng)
+        state = gibbs_sweep(data.X, state, rng, split_merge_moves=split_merge_moves)
         if sweep >= WARM_UP:
             timed += time.perf_counter() - start
         if sweep >= sweeps // 2:
@@ -55,14 +59,19 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--seeds", type=int, default=10)
     p.add_argument("--sweeps", type=int, default=1000)
+    p.add_argument("--split-merge", type=int, default=LGGibbsConfig.split_merge_moves,
+                   help="split-merge moves per sweep (0: plain Gibbs)")
+    p.add_argument("--seed-list", type=int, nargs="*", default=None, help="run only these seeds")
     args = p.parse_args()
-    rows = [run_chain(seed, args.sweeps) for seed in range(args.seeds)]
+    seeds = args.seed_list if args.seed_list else range(args.seeds)
+    rows = [run_chain(seed, args.sweeps, args.split_merge) for seed in seeds]
     for row in rows:
         print(json.dumps(row))
     ms = np.array([r["ms_per_sweep"] for r in rows])
     print(json.dumps({"summary": True, "ms_per_sweep_median": float(np.median(ms)), "ms_per_sweep_min": float(ms.min()),
                       "ms_per_sweep_max": float(ms.max()), "stuck_chains": int(sum(r["stuck"] for r in rows)),
-                      "chains": len(rows), "sweeps": args.sweeps}))
+                      "chains": len(rows), "sweeps": args.sweeps,
+                      "split_merge": args.split_merge}))
 
 
 if __name__ == "__main__":

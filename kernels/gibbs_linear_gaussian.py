@@ -18,9 +18,12 @@ adding row i is one rank-one (Sherman-Morrison / RLS) update of it.
 
 Inside a sweep Z has spare all-zero columns; they do not change p(X | Z) (each contributes
 sigma_X^D sigma_A^-D r^{-D/2} = 1 to eq. 6) and give new features a place without reallocation.
-At the end of the sweep alpha, sigma_X and sigma_A are resampled exactly: alpha from its
-conjugate Gamma, the sigmas by drawing A from its Gaussian posterior and then the noise and
-feature precisions from their conjugate Gammas (A is then discarded).
+After the rows, optional split-merge Metropolis-Hastings moves (``split_merge``; Meeds et al.
+2007, paper 003) split one feature into two or merge two into one, which single-entry Gibbs
+updates can only do through unlikely intermediate states. Then alpha, sigma_X and sigma_A are
+resampled exactly: alpha from its conjugate Gamma, the sigmas by drawing A from its Gaussian
+posterior and then the noise and feature precisions from their conjugate Gammas (A is then
+discarded).
 
 Missing entries (``observed`` False) are imputed: the state carries their current values, the
 Z updates see the completed X, and after the sigmas they are redrawn from N(Z A, sigma_X^2) with
@@ -34,6 +37,7 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 from scipy.linalg import cho_factor, cho_solve
+from scipy.special import gammaln
 
 from .ibp_prior import ibp_log_prob, new_feature_log_prior, sample_alpha, sample_categorical_log
 
@@ -217,6 +221,113 @@ def _start_sweep(X: np.ndarray, state: LGGibbsState, max_new: int, rng: np.rando
                   log_prior_new=new_feature_log_prior(X.shape[0], state.alpha, max_new).tolist(), rng=rng)
 
 
+_OPTIONS = ((1, 0), (0, 1), (1, 1))   # a row of a split feature in a only, b only or both
+
+
+def _log_feature_prior(m: np.ndarray, n: int) -> float:
+    """sum_k log[(N - m_k)! (m_k - 1)! / N!], the per-feature factor of eq. 2."""
+    return float(np.sum(gammaln(n - m + 1) + gammaln(m) - gammaln(n + 1)))
+
+
+def _allocate(X: np.ndarray, Z: np.ndarray, cols: tuple[int, int], rows: np.ndarray, sigma_x: float,
+              sigma_a: float, rng: np.random.Generator, given: np.ndarray | None = None) -> float:
+    """Sequential allocation of a split (Dahl 2003; Jain & Neal 2004, adapted to the IBP as in paper 003).
+
+    Z (float, modified in place) holds the anchors, row i in column a = cols[0] and row j in
+    column b = cols[1], and ``rows`` (the other rows of the feature being split) in neither. Each row
+    r of ``rows`` in turn goes to a only, b only or both (delta = (1, 0), (0, 1), (1, 1) added to
+    z_r) with probability proportional to the IBP odds of the current counts, (m_a / N or
+    1 - m_a / N) (m_b / N or 1 - m_b / N), times the predictive density of x_r given the rows
+    allocated so far (module docstring), from q and the residual of z_r without a and b by the
+    same scalar updates as in ``_sample_existing``. With ``given`` (one option index per row) the
+    allocation is scored instead of drawn. Returns log q, the log probability of the allocation.
+    """
+    n, d = X.shape
+    k = Z.shape[1]
+    a, b = cols
+    two_var = 2.0 * sigma_x ** 2
+    W_inv, M, _ = feature_posterior(Z, X, sigma_x, sigma_a)
+    SM = np.hstack([W_inv, M])
+    m_a, m_b = float(Z[:, a].sum()), float(Z[:, b].sum())
+    idx = [a, b]
+    log_q = 0.0
+    for t, r in enumerate(rows.tolist()):
+        x = X[r]
+        SM, v, c = _rank_one(SM, Z[r], x, -1.0)
+        # row r removed: P z^T = W^{-1} z^T / c, q = (1 - c) / c, residual x - z M_{-r} = -(z M - x) / c
+        q0, resid = (1.0 - c) / c, v[k:] / -c
+        Mab = SM[idx, k:]
+        (p_a, p_b), (p_aa, p_ab, p_bb) = (v[idx] / c).tolist(), (SM[a, a], SM[a, b], SM[b, b])
+        (l_a, l_b), ((g_aa, g_ab), (_, g_bb)) = (Mab @ resid).tolist(), (Mab @ Mab.T).tolist()
+        R0 = float(resid @ resid)
+        log_w = []
+        for (da, db) in _OPTIONS:
+            q = q0 + 2.0 * (da * p_a + db * p_b) + da * p_aa + db * p_bb + 2.0 * da * db * p_ab
+            R = R0 - 2.0 * (da * l_a + db * l_b) + da * g_aa + db * g_bb + 2.0 * da * db * g_ab
+            log_w.append(math.log(m_a / n if da else 1.0 - m_a / n) + math.log(m_b / n if db else 1.0 - m_b / n)
+                         - 0.5 * d * math.log1p(q) - R / (two_var * (1.0 + q)))
+        top = max(log_w)
+        log_norm = top + math.log(math.fsum(math.exp(w - top) for w in log_w))
+        choice = sample_categorical_log(log_w, rng) if given is None else int(given[t])
+        log_q += log_w[choice] - log_norm
+        da, db = _OPTIONS[choice]
+        Z[r, a], Z[r, b] = da, db
+        m_a, m_b = m_a + da, m_b + db
+        SM = _rank_one(SM, Z[r], x, 1.0)[0]
+    return log_q
+
+
+def split_merge(X: np.ndarray, Z: np.ndarray, alpha: float, sigma_x: float, sigma_a: float,
+                rng: np.random.Generator) -> np.ndarray:
+    """One split-merge Metropolis-Hastings move on Z (N x K+, bool), exact for P([Z]) p(X | Z) (eqs. 2, 6).
+
+    After Meeds et al. 2007 (paper 003, section 3.3): an ordered pair of
+    rows i != j is drawn uniformly, then a feature k of row i and a feature l of row j, uniformly.
+    If k = l, feature k is split into a (holding i) and b (holding j), the other rows of k
+    allocated by ``_allocate``; if k != l, features k and l are merged into their union (only when
+    i lacks l and j lacks k, otherwise no split could undo it and nothing is proposed).
+
+    Ratio: on column-exchangeable matrices the prior of eq. 2 is alpha^K+ / K+! prod_k f(m_k),
+    f(m) = (N - m)! (m - 1)! / N!; drawing the new column's position uniformly (1 / (K+ + 1))
+    cancels the factorials, and the move changes neither row i's nor row j's number of features,
+    so the feature choices cancel too. For a split (Z_m merged, Z_s split, allocation probability q)
+    log R = log alpha + log f(m_a) + log f(m_b) - log f(m_k) + log p(X | Z_s) - log p(X | Z_m) - log q,
+    accepted with probability min(1, R) for a split and min(1, 1 / R) for a merge. Returns the new Z.
+    """
+    n = X.shape[0]
+    i, j = rng.choice(n, size=2, replace=False)
+    own_i, own_j = np.flatnonzero(Z[i]), np.flatnonzero(Z[j])
+    if not own_i.size or not own_j.size:
+        return Z
+    k, l = int(rng.choice(own_i)), int(rng.choice(own_j))
+    if k != l and (Z[i, l] or Z[j, k]):
+        return Z
+    if k == l:
+        merged, split = Z, np.hstack([Z, np.zeros((n, 1), bool)])
+        cols = (k, Z.shape[1])
+    else:
+        merged, split = np.delete(Z, l, axis=1), Z
+        merged[:, k if k < l else k - 1] |= Z[:, l]
+        cols = (k, l)
+    union = split[:, cols].any(axis=1)
+    rows = rng.permutation(np.flatnonzero(union & (np.arange(n) != i) & (np.arange(n) != j)))
+    start = split.astype(np.float64)
+    start[:, cols] = 0.0
+    start[i, cols[0]] = start[j, cols[1]] = 1.0
+    if k == l:
+        log_q = _allocate(X, start, cols, rows, sigma_x, sigma_a, rng)
+        split = start > 0
+    else:
+        given = split[rows][:, cols].astype(np.int64) @ np.array([1, 2]) - 1   # a only 0, b only 1, both 2
+        log_q = _allocate(X, start, cols, rows, sigma_x, sigma_a, rng, given)
+    m_split = split[:, cols].sum(axis=0)
+    log_ratio = (math.log(alpha) + _log_feature_prior(m_split, n) - _log_feature_prior(union.sum(keepdims=True), n)
+                 + collapsed_log_likelihood(X, split, sigma_x, sigma_a)
+                 - collapsed_log_likelihood(X, merged, sigma_x, sigma_a) - log_q)
+    accept = rng.random() < math.exp(min(0.0, log_ratio if k == l else -log_ratio))
+    return (split if k == l else merged) if accept else Z
+
+
 def sample_features(X: np.ndarray, Z: np.ndarray, sigma_x: float, sigma_a: float,
                     rng: np.random.Generator) -> np.ndarray:
     """A ~ p(A | Z, X): columns N(W^{-1} Z^T x_d, sigma_X^2 W^{-1}) (the conjugate posterior behind eq. 6)."""
@@ -252,8 +363,9 @@ def _completed(X: np.ndarray, state: LGGibbsState, observed: np.ndarray | None) 
 
 def gibbs_sweep(X: np.ndarray, state: LGGibbsState, rng: np.random.Generator,
                 prior: LGHyperPrior = LGHyperPrior(), max_new: int = 6,
-                observed: np.ndarray | None = None) -> LGGibbsState:
-    """One sweep of collapsed Gibbs over all rows, then the hyperparameters and imputations (SPEC 3.4).
+                observed: np.ndarray | None = None, split_merge_moves: int = 0) -> LGGibbsState:
+    """One sweep of collapsed Gibbs over all rows, then ``split_merge_moves`` split-merge moves
+    (``split_merge``), then the hyperparameters and imputations (SPEC 3.4).
 
     ``max_new`` truncates the number of new features per row; ``observed`` (N x D bool) marks the
     entries that are data (the others are imputed). Returns the new state.
@@ -262,7 +374,10 @@ def gibbs_sweep(X: np.ndarray, state: LGGibbsState, rng: np.random.Generator,
     sw = _start_sweep(X, state, max_new, rng)
     for i in range(X.shape[0]):
         _gibbs_row(i, sw)
-    state = replace(state, Z=sw.Z[:, sw.m > 0] > 0)
+    Z = sw.Z[:, sw.m > 0] > 0
+    for _ in range(split_merge_moves):
+        Z = split_merge(X, Z, state.alpha, state.sigma_x, state.sigma_a, rng)
+    state = replace(state, Z=Z)
     if prior.alpha is not None:
         state = replace(state, alpha=sample_alpha(state.Z.shape[1], X.shape[0], *prior.alpha, rng))
     if prior.tau_x is None and prior.tau_a is None and observed is None:

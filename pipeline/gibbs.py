@@ -81,23 +81,29 @@ class GibbsConfig:
 @dataclass
 class LGGibbsConfig(GibbsConfig):
     """Collapsed linear-Gaussian Gibbs (Griffiths & Ghahramani 2005): starting sigma_X, sigma_A;
-    alpha, sigma_X and sigma_A are resampled every sweep under Gamma(1, 1) priors (``LGHyperPrior``)."""
+    alpha, sigma_X and sigma_A are resampled every sweep under Gamma(1, 1) priors (``LGHyperPrior``);
+    ``split_merge_moves`` split-merge Metropolis-Hastings moves follow every sweep (0 turns them off;
+    ``gibbs_linear_gaussian.split_merge``, after paper 003)."""
 
     sigma_x: float = 1.0
     sigma_a: float = 1.0
+    split_merge_moves: int = 5
 
     STATE_CLS: ClassVar[type] = lg_gibbs.LGGibbsState
 
     def check(self) -> None:
         super().check()
         require_positive(self, ("sigma_x", "sigma_a"))
+        if self.split_merge_moves < 0:
+            raise UserError(f"split_merge_moves must be >= 0, got {self.split_merge_moves}")
 
     def initial_state(self, n_rows: int, n_cols: int) -> lg_gibbs.LGGibbsState:
         return lg_gibbs.LGGibbsState(np.zeros((n_rows, 0), bool), self.alpha, self.sigma_x, self.sigma_a)
 
     def sweep(self, data: DenseRows, state: lg_gibbs.LGGibbsState,
               rng: np.random.Generator) -> lg_gibbs.LGGibbsState:
-        return lg_gibbs.gibbs_sweep(data.X, state, rng, max_new=self.max_new, observed=data.mask)
+        return lg_gibbs.gibbs_sweep(data.X, state, rng, max_new=self.max_new, observed=data.mask,
+                                    split_merge_moves=self.split_merge_moves)
 
     def log_joint(self, data: DenseRows, state: lg_gibbs.LGGibbsState) -> float:
         return lg_gibbs.log_joint(data.X, state, data.mask)

@@ -55,7 +55,8 @@ def test_chains_are_the_kernel_sampler_with_per_chain_streams_and_burn_in(tmp_pa
     for c in range(2):
         state = config.initial_state(*X.shape)
         for s in range(10):
-            state = lg_gibbs.gibbs_sweep(X, state, stream(9, "chain", c, s), max_new=config.max_new)
+            state = lg_gibbs.gibbs_sweep(X, state, stream(9, "chain", c, s), max_new=config.max_new,
+                                         split_merge_moves=config.split_merge_moves)
             assert trace[s][f"k_plus_{c}"] == state.Z.shape[1]
         np.testing.assert_array_equal(arrays[f"chain{c}_Z"], state.Z)
         assert float(arrays[f"chain{c}_sigma_x"]) == state.sigma_x
@@ -75,7 +76,9 @@ def test_resumed_sampler_ends_like_an_uninterrupted_one(tmp_path, stores, model,
 
 def test_cli_fit_evaluate_export_report(tmp_path, stores):
     buffet("fit", "gibbs-linear-gaussian", stores["gibbs-linear-gaussian"], "--out", tmp_path / "run", "--sweeps", 40,
-           "--sigma-x", 0.5, "--sigma-a", 1.0, "--alpha", 1.0, "--seed", 1, "--workers", 2, "--quiet")
+           "--sigma-x", 0.5, "--sigma-a", 1.0, "--alpha", 1.0, "--seed", 1, "--split-merge-moves", 3, "--workers", 2,
+           "--quiet")
+    assert json.loads((tmp_path / "run" / "run.json").read_text())["params"]["split_merge_moves"] == 3
     result = json.loads(buffet("evaluate", tmp_path / "run", "--json", "--workers", 1, "--quiet"))
     assert 3.0 <= result["k_plus"] <= 7.0
     assert 0.0 <= result["zzt_error"] < 100.0
