@@ -1,52 +1,120 @@
-"""Issue 3 scale benchmark: IMF on a masked 100k x 1000 linear-Gaussian matrix with K+ = 10.
+"""Issue 3 scale benchmark: IMF (and INMF) on a masked 100k x 1000 linear-Gaussian matrix with K+ = 10.
 
 Data (SPEC 3.1 model): Z ~ Bernoulli(0.3) (N x 10), A ~ N(0, 1) (10 x D), X = Z A + N(0, 0.25)
-noise; ``--missing`` of the entries are missing (the mask) and 1% of the observed ones are held
-out as the store's split. The store is written with ``buffet.data.arrays.from_array`` in row
-chunks of ``--chunk-rows``; the fit runs as the ``buffet fit imf`` command in a subprocess on
-the embedded LocalCluster (rows streamed as chunk tasks), with wall time and the peak resident
-memory summed over its process tree (``common.run_measured``); ``buffet evaluate`` then gives
-K+ and the held-out RMSE.
+noise; each entry is missing with probability ``--missing`` (the mask) and each observed entry is
+held out with probability 1% (the store's ``heldout`` split of entries, which ``buffet evaluate``
+scores). A is drawn once; the rows are drawn, checked and appended one chunk of ``--chunk-rows`` at
+a time with the store's streaming writers (``StoreWriter`` + ``DenseWriter``, as the text ingests
+use), so writing never holds more than one chunk of the matrix.
 
-    python benchmarks/imf_masked_scale.py --workdir bench-data/imf-scale [--rows 100000] [--n-candidates 3]
+Each model runs as the ``buffet fit imf|inmf`` command in a subprocess on the embedded LocalCluster
+(rows streamed as chunk tasks): wall time, peak resident memory summed over the command's process
+tree (``common.run_measured``) and the foreign load (``common.ForeignLoad``: other processes' CPU
+use while it ran, in cores; the fit's own CPU time is that of its reaped process tree). Unless
+``--no-wait``, each fit first waits up to 3 minutes for the shared machine to be quiet
+(``common.wait_quiet``). The run's trace gives the steps and the mean seconds per step at each
+K+; ``buffet evaluate`` gives the learned K+ and the held-out RMSE. ``--stop-after N`` ends a fit
+after N steps (a partial run, recorded as such).
 
-One JSON line per stage is appended to benchmarks/results.jsonl.
+    python benchmarks/imf_masked_scale.py --workdir bench-data/imf-scale [--models imf,inmf] [--delete]
+
+One JSON line per stage (write, then one fit per model) is printed and appended to
+benchmarks/results.jsonl.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import resource
 import shutil
 import subprocess
 import sys
 import time
+from collections import defaultdict
 from pathlib import Path
 
 import numpy as np
-
-from buffet.data.arrays import from_array
-from buffet.data.splits import add_split, holdout_entries
+from buffet.data.store import DenseWriter, StoreWriter, check_values
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import machine, record, run_measured
+from common import ForeignLoad, PeakMemory, machine, record, run_measured, wait_quiet
 
 BUFFET = str(Path(sys.executable).with_name("buffet"))
 TRUE_K = 10
+FEATURE_PROB = 0.3
 NOISE_VAR = 0.25
+HOLDOUT = 0.01
+SPLIT = "heldout"
 
 
 def write_masked_store(path: Path, rows: int, cols: int, missing: float, chunk_rows: int, seed: int) -> dict:
-    """The module docstring's data as a dense store with a mask and a 1% held-out split."""
-    rng = np.random.default_rng(seed)
-    z = (rng.random((rows, TRUE_K)) < 0.3).astype(np.float64)
-    a = rng.standard_normal((TRUE_K, cols))
-    x = z @ a + np.sqrt(NOISE_VAR) * rng.standard_normal((rows, cols))
-    mask = rng.random((rows, cols)) >= missing
-    x[~mask] = np.nan
-    ds = from_array(x, path, "real", mask=mask, rows_per_chunk=chunk_rows, overwrite=True)
-    add_split(ds, "heldout", {"test_mask": holdout_entries(mask, 0.01, seed)}, {"kind": "entries"})
-    return {"rows": rows, "cols": cols, "missing": missing, "observed": int(mask.sum())}
+    """The module docstring's data as a dense store with a mask and a ``heldout`` split of entries,
+    written chunk by chunk; returns its size and the number of observed and held-out entries."""
+    seeds = np.random.SeedSequence(seed).spawn(1 + -(-rows // chunk_rows))
+    a = np.random.default_rng(seeds[0]).standard_normal((TRUE_K, cols))
+    observed = held = 0
+    with StoreWriter(path, overwrite=True) as w:
+        data = DenseWriter(w.group, cols, chunk_rows, with_mask=True)
+        test = w.group.require_group(f"splits/{SPLIT}").create_array(
+            "test_mask", shape=(0, cols), chunks=(chunk_rows, cols), dtype=bool)
+        for i, r0 in enumerate(range(0, rows, chunk_rows)):
+            rng = np.random.default_rng(seeds[1 + i])
+            n = min(chunk_rows, rows - r0)
+            z = (rng.random((n, TRUE_K)) < FEATURE_PROB).astype(np.float64)
+            x = z @ a + np.sqrt(NOISE_VAR) * rng.standard_normal((n, cols))
+            mask = rng.random((n, cols)) >= missing
+            check_values("real", x, f"rows {r0}..", observed=mask)
+            data.add_rows(np.where(mask, x, 0.0), mask)
+            held_out = mask & (rng.random((n, cols)) < HOLDOUT)
+            test.append(held_out, axis=0)
+            observed, held = observed + int(mask.sum()), held + int(held_out.sum())
+        w.group[f"splits/{SPLIT}"].attrs.update({"kind": "entries", "fraction": HOLDOUT})
+        w.group.attrs["splits"] = [SPLIT]
+        w.commit("dense", "real", data.finish(), chunk_rows,
+                 {"source": "benchmarks/imf_masked_scale.py", "seed": seed, "true_k": TRUE_K,
+                  "noise_var": NOISE_VAR, "missing": missing})
+    return {"rows": rows, "cols": cols, "missing": missing, "observed": observed, "heldout_entries": held}
+
+
+def children_cpu_seconds() -> float:
+    """CPU seconds of this process's finished and reaped descendants (a fit's CLI process and,
+    through it, its Dask workers)."""
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
+def trace_summary(run: Path) -> dict:
+    """Steps, K+ reached and mean seconds per step at each K+ from the run's last checkpoint trace."""
+    pointer = json.loads((run / "checkpoint.json").read_text())
+    trace = json.loads((run / pointer["folder"] / "state.json").read_text())["trace"]
+    seconds: dict[int, list[float]] = defaultdict(list)
+    previous = 0.0
+    for rec in trace:
+        seconds[rec["k_plus"]].append(rec["seconds"] - previous)
+        previous = rec["seconds"]
+    return {"steps": len(trace), "driver_seconds": previous, "max_k_plus_tried": max(seconds),
+            "steps_per_k": {k: len(v) for k, v in sorted(seconds.items())},
+            "seconds_per_step_by_k": {k: round(float(np.mean(v)), 3) for k, v in sorted(seconds.items())}}
+
+
+def fit(model: str, store: Path, run: Path, args: argparse.Namespace) -> dict:
+    """Run ``buffet fit MODEL`` measured, then ``buffet evaluate`` on the run."""
+    cmd = [BUFFET, "fit", model, str(store), "--out", str(run), "--overwrite", "--max-k", str(args.max_k),
+           "--n-candidates", str(args.n_candidates), "--chunk-rows", str(args.chunk_rows),
+           "--workers", str(args.workers), "--quiet"]
+    if args.stop_after:
+        cmd += ["--stop-after", str(args.stop_after)]
+    busy_before = None if args.no_wait else wait_quiet()
+    cpu0 = children_cpu_seconds()
+    with ForeignLoad() as load:
+        res = run_measured(cmd)
+    own_cpu = children_cpu_seconds() - cpu0
+    evaluation = json.loads(subprocess.run([BUFFET, "evaluate", str(run), "--json", "--workers", "1", "--quiet"],
+                                           capture_output=True, text=True, check=True).stdout)
+    return {"model": model, "status": evaluation["status"], "seconds": res["seconds"], "peak_rss_mb": res["peak_rss_mb"],
+            "own_cpu_seconds": own_cpu, "busy_before_cores": busy_before, "foreign_load_cores": load.cores(own_cpu), "command": res["command"],
+            "k_plus": evaluation["k_plus"], "evidence": evaluation["evidence"], "heldout_rmse": evaluation.get("rmse"), **trace_summary(run)}
 
 
 def main() -> None:
@@ -56,36 +124,39 @@ def main() -> None:
     p.add_argument("--cols", type=int, default=1000)
     p.add_argument("--missing", type=float, default=0.2)
     p.add_argument("--chunk-rows", type=int, default=5000)
+    p.add_argument("--models", default="imf", help="comma-separated subset of imf,inmf")
     p.add_argument("--max-k", type=int, default=15)
     p.add_argument("--n-candidates", type=int, default=3)
     p.add_argument("--workers", type=int, default=2)
+    p.add_argument("--stop-after", type=int, default=None, help="end each fit after this many steps")
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--delete", action="store_true", help="delete the store and the run when done")
+    p.add_argument("--no-wait", action="store_true", help="start each fit without waiting for a quiet machine")
+    p.add_argument("--delete", action="store_true", help="delete the store and the runs when done")
     p.add_argument("--results", default=str(Path(__file__).resolve().parent / "results.jsonl"))
     args = p.parse_args()
 
     work = Path(args.workdir)
     work.mkdir(parents=True, exist_ok=True)
-    store, run = work / f"masked{args.rows}x{args.cols}.zarr", work / f"masked{args.rows}x{args.cols}.run"
+    name = f"masked{args.rows}x{args.cols}"
+    store = work / f"{name}.zarr"
     base = {"bench": "imf_masked_scale", "machine": machine()}
 
     t0 = time.perf_counter()
-    data = write_masked_store(store, args.rows, args.cols, args.missing, args.chunk_rows, args.seed)
-    record(args.results, {**base, "stage": "write", **data, "seconds": time.perf_counter() - t0})
+    with PeakMemory() as mem:
+        data = write_masked_store(store, args.rows, args.cols, args.missing, args.chunk_rows, args.seed)
+    record(args.results, {**base, "stage": "write", **data, "chunk_rows": args.chunk_rows,
+                          "seconds": time.perf_counter() - t0, "peak_rss_mb": mem.peak / 2**20})
 
-    res = run_measured([BUFFET, "fit", "imf", str(store), "--out", str(run), "--overwrite", "--max-k",
-                        str(args.max_k), "--n-candidates", str(args.n_candidates), "--chunk-rows",
-                        str(args.chunk_rows), "--workers", str(args.workers), "--quiet"])
-    evaluation = json.loads(subprocess.run([BUFFET, "evaluate", str(run), "--json", "--workers", "1", "--quiet"],
-                                           capture_output=True, text=True, check=True).stdout)
-    record(args.results, {**base, "stage": "fit", **data, "max_k": args.max_k, "n_candidates": args.n_candidates,
-                          "chunk_rows": args.chunk_rows, "workers": args.workers, "true_k": TRUE_K,
-                          "seconds": res["seconds"], "peak_rss_mb": res["peak_rss_mb"],
-                          "k_plus": evaluation["k_plus"], "heldout_rmse": evaluation.get("rmse"),
-                          "noise_sd": float(np.sqrt(NOISE_VAR))})
+    settings = {"max_k": args.max_k, "n_candidates": args.n_candidates, "chunk_rows": args.chunk_rows,
+                "workers": args.workers, "stop_after": args.stop_after, "true_k": TRUE_K,
+                "noise_sd": float(np.sqrt(NOISE_VAR))}
+    for model in args.models.split(","):
+        run = work / f"{name}.{model}.run"
+        record(args.results, {**base, "stage": "fit", **data, **settings, **fit(model, store, run, args)})
+        if args.delete:
+            shutil.rmtree(run)
     if args.delete:
         shutil.rmtree(store)
-        shutil.rmtree(run)
 
 
 if __name__ == "__main__":
