@@ -272,6 +272,12 @@ class IMFDriver:
         self.post = self.model.column_update(self.stats, self.hyper, self.post)
         self.previous = -np.inf
 
+    def adopt_best(self) -> None:
+        """Make the best converged state current (SPEC 3.1 keeps the K+ with the best L): what a run
+        stopped part-way reports, since a stop during growth leaves q(z) one column ahead of q(A)."""
+        if "post" in self.best:
+            self._load(self.best)
+
     def _state(self, evidence: float) -> dict:
         return {"evidence": evidence, "post": self.post, "nu": self.nu, "stats": self.stats}
 

@@ -40,6 +40,7 @@ def _restored(run: RunStore, executor: Executor) -> IMFDriver:
     driver = IMFDriver(config_from(spec, run.params), run.meta["dataset"], executor)
     arrays, _, folder = run.load_checkpoint()
     driver.restore(arrays, folder)
+    driver.adopt_best()
     return driver
 
 

@@ -96,3 +96,20 @@ def test_cli_fit_evaluate_report(tmp_path, image_store):
     for name in ("evidence_by_k.png", "bases.png", "feature_usage.png"):
         assert str(tmp_path / "report" / name) in files
         assert (tmp_path / "report" / name).read_bytes()[:4] == b"\x89PNG"
+
+
+def test_a_run_stopped_as_growth_starts_evaluates_its_best_state(tmp_path, image_store):
+    """Stopping at a converging step leaves q(z) with the next candidate's extra column; outputs use
+    the best converged state instead."""
+    from buffet.pipeline import imf_outputs
+    from buffet.pipeline.runstore import RunStore
+
+    config = IMFConfig(max_k=4, chunk_rows=20)
+    whole = fit_run("imf", image_store, tmp_path / "whole", config, SyncExecutor(), quiet=True)
+    trace = whole.load_checkpoint()[1]["trace"]
+    stop = [r["step"] for r in trace if "converged_k" in r][2]  # a growth candidate converges here
+    part = fit_run("imf", image_store, tmp_path / "part", config, SyncExecutor(), stop_after=stop, quiet=True)
+    result = imf_outputs.evaluate(RunStore(part.path), SyncExecutor())
+    assert np.isfinite(result["rmse"]) and result["evidence"] == max(ev for _, ev in part.load_checkpoint()[0]["history"])
+    arrays = imf_outputs.export(RunStore(part.path))
+    assert arrays["Z_mean"].shape[1] == arrays["A_mean"].shape[0] == result["k_plus"]
