@@ -87,34 +87,52 @@ def sample_ibp_conditional(m: np.ndarray, i: int, alpha: float,
     return z, rng.poisson(alpha / i, size=m.shape[0]).astype(np.int64)
 
 
-def new_feature_slots(k_before: np.ndarray, k_new: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Where the new features of each particle go: arrays (particle, column, j) with j < K_new.
+def feature_capacity(k_max: int) -> int:
+    """Columns a particle block reserves for K+ up to ``k_max``: the next power of two (SPEC 3.3).
 
-    New features of particle l take columns K_l .. K_l + K_new_l - 1 (order of appearance).
+    The filters grow and cut their blocks to this size, so a block that gains features is copied
+    into wider arrays only when K+ passes a power of two, not at every new feature.
     """
-    particle = np.repeat(np.arange(k_new.size), k_new)
-    j = np.arange(particle.size) - np.repeat(np.cumsum(k_new) - k_new, k_new)
-    return particle, k_before[particle] + j, j
+    return 0 if k_max <= 0 else 1 << (k_max - 1).bit_length()
 
 
-def propose_ibp_row(block: Block, alpha: float,
-                    rng: np.random.Generator) -> tuple[Block, tuple[np.ndarray, np.ndarray, np.ndarray]]:
-    """Append one row drawn from the IBP conditional to every particle (paper 001 Alg. 1).
+def append_row(block: Block, z: np.ndarray, k_new: np.ndarray, spare: bool = False) -> tuple[Block, np.ndarray]:
+    """Block with row i = (z, K_new new features) appended (paper 001 Alg. 1 lines 9-13).
 
-    The feature axes grow to the block-wide maximum K+ if needed (new entries of the model's
-    arrays are zero). Returns a new block (its arrays are new: the caller may write into them) and
-    the slots of the new features (``new_feature_slots``), where the model initialises their parameters.
+    z (L, Kz) bool holds the existing features' entries (Kz at most the block's width); the new
+    features of particle l take columns K_l .. K_l + K_new_l - 1 (order of appearance). The feature
+    axes grow (zero padding) only when the new features do not fit: to the block's largest K+, or
+    with ``spare`` to ``feature_capacity`` of it. Z and m of the result are new arrays; the model's
+    other arrays are the input's (zero-padded copies if the axes grew), so kernels never write into
+    them in place. Returns the block and the new features' mask (L, Kc) bool.
     """
     i = block.n_rows + 1
-    z, k_new = sample_ibp_conditional(block.m, i, alpha, rng)
     k_before = block.n_features
-    need = int((k_before + k_new).max(initial=0))
-    grown = resize_features(block, max(need, block.m.shape[1]))
-    z = np.pad(z, [(0, 0), (0, grown.m.shape[1] - z.shape[1])])
-    slots = new_feature_slots(k_before, k_new)
-    z[slots[0], slots[1]] = True
-    grown.Z[:, i - 1] = z
-    return dataclasses.replace(grown, m=grown.m + z, n_rows=i), slots
+    k_after = k_before + k_new
+    need = int(k_after.max(initial=0))
+    if need > block.m.shape[1]:
+        grown = resize_features(block, feature_capacity(need) if spare else need)
+        Z = grown.Z
+    else:
+        grown, Z = block, block.Z.copy()
+    cols = np.arange(grown.m.shape[1])
+    new = (cols >= k_before[:, None]) & (cols < k_after[:, None])
+    row = new.copy()
+    row[:, :z.shape[1]] |= z
+    Z[:, i - 1] = row
+    return dataclasses.replace(grown, Z=Z, m=grown.m + row, n_rows=i), new
+
+
+def propose_ibp_row(block: Block, alpha: float, rng: np.random.Generator,
+                    spare: bool = False) -> tuple[Block, np.ndarray]:
+    """Append one row drawn from the IBP conditional to every particle (paper 001 Alg. 1).
+
+    ``append_row`` with z and K_new from ``sample_ibp_conditional``: new entries of the model's
+    arrays are zero, and the result's model arrays may be the input's. Returns the block and the
+    new features' mask (L, Kc), where the model initialises their parameters.
+    """
+    z, k_new = sample_ibp_conditional(block.m, block.n_rows + 1, alpha, rng)
+    return append_row(block, z, k_new, spare)
 
 
 def sample_ibp(n_rows: int, alpha: float, rng: np.random.Generator, size: int = 1) -> IBPParticles:

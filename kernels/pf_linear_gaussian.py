@@ -23,8 +23,8 @@ from typing import ClassVar
 
 import numpy as np
 
-from .ibp_prior import IBPParticles
-from .pf_proposals import PROPOSALS, append_row, row_log_density
+from .ibp_prior import IBPParticles, append_row
+from .pf_proposals import PROPOSALS, row_log_density
 
 
 @dataclass(frozen=True)
@@ -45,26 +45,42 @@ def init_lg_particles(n_particles: int, n_rows: int, n_cols: int, per_column: bo
                        S=np.zeros((n_particles, n_cov, 0, 0)))
 
 
-def kalman_row_update(z: np.ndarray, M: np.ndarray, S: np.ndarray, x: np.ndarray, sigma_x: float,
-                      observed: np.ndarray | None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def _diagonal(S: np.ndarray) -> np.ndarray:
+    """Writable view of the diagonals of a fresh, contiguous stack of square matrices (..., K, K) -> (..., K)."""
+    k = S.shape[-1]
+    return S.reshape(*S.shape[:-2], k * k)[..., ::k + 1]
+
+
+def kalman_row_update(z: np.ndarray, new: np.ndarray, M: np.ndarray, S: np.ndarray, x: np.ndarray, sigma_x: float,
+                      sigma_a: float, observed: np.ndarray | None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Predictive log-density of row x and the RLS update of (M, S) for every particle (SPEC 3.3).
 
-    s = sigma_X^2 + z S z^T, log-weight = sum_{d observed} log N(x_d; z M_d, s_d);
-    g = S z^T / s, M += g (x - z M), S -= g z S (only for observed columns).
-    Shapes: z (L, K) float, M (L, K, D), S (L, G, K, K) with G in {1, D}, x (D,), observed (D,) bool
-    or None (all observed). Returns (log-weights (L,), M, S).
+    The new features (``new``, a subset of z) enter with prior variance sigma_A^2:
+    S' = S + sigma_A^2 diag(new) (their rows of M and S are zero padding). Then
+    s = sigma_X^2 + z S' z^T, log-weight = sum_{d observed} log N(x_d; z M_d, s_d);
+    g = S' z^T / s, M += g (x - z M), S = S' - g z S' (the S' - g z S' part only for observed columns).
+    Shapes: z, new (L, K) bool, M (L, K, D), S (L, G, K, K) with G in {1, D}, x (D,), observed (D,)
+    bool or None (all observed). Returns (log-weights (L,), M, S), new arrays.
     """
-    per_column = S.shape[1] == x.size
-    observed = np.ones(x.size, bool) if observed is None else observed
-    if not (per_column or observed.all()):
+    if not (S.shape[1] == x.size or observed is None or observed.all()):
         raise ValueError("missing entries need one covariance per column (init_lg_particles(per_column=True))")
-    Sz = (S @ z[:, None, :, None])[..., 0]                      # (L, G, K)
-    s = sigma_x ** 2 + np.einsum("lgk,lk->lg", Sz, z)           # (L, G)
-    r = np.where(observed, x - np.einsum("lk,lkd->ld", z, M), 0.0)  # (L, D)
+    zf = z.astype(np.float64)
+    prior_var = sigma_a ** 2 * new
+    Sz = (S @ zf[:, None, :, None])[..., 0] + prior_var[:, None, :]                # S' z^T (L, G, K)
+    s = sigma_x ** 2 + np.einsum("lgk,lk->lg", Sz, zf)                               # (L, G)
+    r = x - (zf[:, None, :] @ M)[:, 0]                                                # (L, D)
+    if observed is not None:
+        r = np.where(observed, r, 0.0)
     log_w = row_log_density(r, s, observed)
     g = Sz / s[..., None]
-    keep = observed[:, None, None] if per_column else True
-    return log_w, M + g.transpose(0, 2, 1) * r[:, None, :], S - keep * (g[..., :, None] * Sz[..., None, :])
+    S_new = g[..., :, None] * Sz[..., None, :]
+    if observed is not None and S.shape[1] > 1:
+        S_new *= observed[:, None, None]
+    np.subtract(S, S_new, out=S_new)
+    _diagonal(S_new)[...] += prior_var[:, None, :]
+    M_new = g.transpose(0, 2, 1) * r[:, None, :]        # one (L, K, D) array, updated in place
+    M_new += M
+    return log_w, M_new, S_new
 
 
 def pf_linear_gaussian_step(block: LGParticles, x: np.ndarray, alpha: float, sigma_x: float, sigma_a: float,
@@ -75,14 +91,13 @@ def pf_linear_gaussian_step(block: LGParticles, x: np.ndarray, alpha: float, sig
     Draws z_i from ``proposal`` (``pf_proposals``: "prior" is the paper's IBP conditional), gives
     new features M rows 0 and prior variance sigma_A^2 in S, weights by
     log N(x_i; z_i M, (sigma_X^2 + z_i S z_i^T) I) (= eq. 7) plus the proposal's
-    log p(z_i | past) - log q(z_i) (eq. 5) and applies the RLS update. Returns the new block and
-    the incremental log-weights (L,). Resampling is the caller's job (``resampling``), across all blocks.
+    log p(z_i | past) - log q(z_i) (eq. 5) and applies the RLS update. The feature axes grow by
+    doubling (``ibp_prior.feature_capacity``). Returns the new block and the incremental
+    log-weights (L,). Resampling is the caller's job (``resampling``), across all blocks.
     """
     x = np.asarray(x, np.float64)
     z_old, k_new, log_ratio = PROPOSALS[proposal](block, x, alpha, sigma_x, sigma_a, rng, observed)
-    grown, (particle, feature, _) = append_row(block, z_old, k_new)
-    S = grown.S.copy()
-    S[particle, :, feature, feature] = sigma_a ** 2
-    z = grown.Z[:, grown.n_rows - 1].astype(np.float64)
-    log_w, M, S = kalman_row_update(z, grown.M, S, x, sigma_x, observed)
+    grown, new = append_row(block, z_old, k_new, spare=True)
+    log_w, M, S = kalman_row_update(grown.Z[:, grown.n_rows - 1], new, grown.M, grown.S, x, sigma_x, sigma_a,
+                                    observed)
     return dataclasses.replace(grown, M=M, S=S), log_w + log_ratio

@@ -14,6 +14,7 @@ int64, Y (L, Kc, D) bool (zero rows for padding).
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from typing import ClassVar
 
@@ -64,35 +65,69 @@ def row_log_lik(x: np.ndarray, eta: np.ndarray, params: NoisyORParams, n_new: np
     return (entries if observed is None else np.where(observed, entries, 0.0)).sum(axis=-1)
 
 
+UNOBSERVED = 2   # the x_d code of a missing entry in ``entry_tables``
+
+
+def entry_tables(params: NoisyORParams, max_eta: int, top: int) -> tuple[np.ndarray, np.ndarray]:
+    """Per-entry tables over x_d in {0, 1, UNOBSERVED}, eta_d = 0..max_eta, K_new = 0..top (eq. 11; Alg. 3 line 10).
+
+    log_marginal (3, E, T): log P(x_d | eta_d, K_new), the new rows of Y summed out (0 if missing);
+    cdf (top + 1, 3, E, T): CDF over c = 0..top of the number of ones among the column's K_new new
+    entries, P(c) prop. to Binom(c; K_new, p) P(x_d | eta_d + c). Tables instead of per-entry
+    transcendental functions: a row of a block costs a few gathers whatever L and D.
+    """
+    x = np.arange(2)[:, None, None].astype(bool)
+    eta = np.arange(max_eta + 1)[:, None]
+    n = np.arange(top + 1)
+    log_marginal = np.concatenate([log_lik_entries(x, eta, params, n), np.zeros((1, max_eta + 1, top + 1))])
+    c = np.arange(top + 1)[:, None, None, None]
+    log_binom = gammaln(n + 1) - gammaln(c + 1) - gammaln(np.maximum(n - c, 0) + 1) \
+        + c * np.log(params.p) + (n - c) * np.log1p(-params.p)                      # (top+1, 1, 1, T)
+    log_lik = np.concatenate([log_lik_entries(x, eta + c, params), np.zeros((top + 1, 1, max_eta + 1, 1))], axis=1)
+    log_post = np.where(c <= n, log_binom + log_lik, -np.inf)
+    cumulative = np.cumsum(np.exp(log_post - log_post.max(axis=0)), axis=0)
+    return log_marginal, cumulative / cumulative[-1]   # the last entry exactly 1, so a count never exceeds K_new
+
+
+def entry_index(x: np.ndarray, eta: np.ndarray, n_new: np.ndarray, observed: np.ndarray | None,
+                max_eta: int, top: int) -> np.ndarray:
+    """Flat index (L, D) of (x_d, eta_ld, K_new_l) into the last three axes of ``entry_tables``."""
+    code = x.astype(np.int64) if observed is None else np.where(observed, x, UNOBSERVED)
+    return (code * (max_eta + 1) + eta) * (top + 1) + n_new[:, None]
+
+
+def draw_new_rows(cdf: np.ndarray, index: np.ndarray, n_new: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+    """The K_new new rows of Y of particles with ``index`` (L, D) into ``entry_tables`` (Alg. 3 line 10).
+
+    Per column the number of ones c is drawn from its CDF and the c ones are put at uniformly random
+    new rows (selection sampling). Returns (L, max K_new, D) bool, rows j >= K_new_l zero.
+    """
+    top = int(n_new.max(initial=0))
+    count = (np.take(cdf.reshape(cdf.shape[0], -1), index, axis=1) <= rng.random(index.shape)).sum(axis=0)
+    out = np.zeros((index.shape[0], top, index.shape[1]), bool)
+    n = n_new[:, None]
+    for j in range(top):
+        out[:, j] = pick = (rng.random(count.shape) * (n - j) < count) & (j < n)
+        count = count - pick
+    return out
+
+
 def sample_new_feature_rows(x: np.ndarray, eta: np.ndarray, n_new: np.ndarray, params: NoisyORParams,
                             rng: np.random.Generator, observed: np.ndarray | None = None) -> np.ndarray:
     """Draw the K_new new rows of Y from their posterior given x_i (paper 001 Alg. 3 line 10).
 
     Per column d the new entries are exchangeable, so their number of ones c is drawn from
     P(c) prop. to Binom(c; K_new, p) P(x_id | eta_d + c) and the c ones are put at uniformly random
-    new rows. x (D,), eta (L, D), n_new (L,); returns (L, max K_new, D) bool, rows j >= K_new_l zero.
-    Only particles with K_new > 0 cost anything.
+    new rows (``entry_tables``, ``draw_new_rows``). x (D,), eta (L, D), n_new (L,); returns
+    (L, max K_new, D) bool, rows j >= K_new_l zero. Only particles with K_new > 0 cost anything.
     """
     top = int(n_new.max(initial=0))
     out = np.zeros((n_new.size, top, x.size), bool)
     has = np.flatnonzero(n_new)
-    if has.size == 0:
-        return out
-    c = np.arange(top + 1)
-    nn = n_new[has, None, None]
-    log_binom = gammaln(nn + 1) - gammaln(c + 1) - gammaln(np.maximum(nn - c, 0) + 1) \
-        + c * np.log(params.p) + (nn - c) * np.log1p(-params.p)
-    log_lik = log_lik_entries(x[:, None], eta[has, :, None] + c, params)
-    if observed is not None:
-        log_lik = np.where(observed[:, None], log_lik, 0.0)
-    log_post = np.where(c <= nn, log_binom + log_lik, -np.inf)                    # (L', D, top+1)
-    cdf = np.cumsum(np.exp(log_post - log_post.max(axis=-1, keepdims=True)), axis=-1)
-    count = (rng.random(cdf.shape[:2])[..., None] * cdf[..., -1:] >= cdf).sum(axis=-1)  # (L', D)
-    n = nn[:, :, 0]
-    for j in range(top):                 # selection sampling: a uniform subset of size count
-        pick = (rng.random(count.shape) * (n - j) < count) & (j < n)
-        out[has, j] = pick
-        count = count - pick
+    if has.size:
+        max_eta = int(eta[has].max(initial=0))
+        _, cdf = entry_tables(params, max_eta, top)
+        out[has] = draw_new_rows(cdf, entry_index(x, eta[has], n_new[has], observed, max_eta, top), n_new[has], rng)
     return out
 
 
@@ -106,10 +141,17 @@ def pf_noisy_or_step(block: NoisyORParticles, x: np.ndarray, alpha: float, param
     new block and the incremental log-weights (L,).
     """
     x = np.asarray(x, bool)
-    grown, (particle, feature, j) = propose_ibp_row(block, alpha, rng)
-    z = grown.Z[:, grown.n_rows - 1]
-    k_new = np.bincount(particle, minlength=grown.n_particles)
-    eta = (grown.Y & z[:, :, None]).sum(axis=1)                  # new rows of Y are still zero
-    log_w = row_log_lik(x, eta, params, k_new[:, None], observed)
-    grown.Y[particle, feature] = sample_new_feature_rows(x, eta, k_new, params, rng, observed)[particle, j]
-    return grown, log_w
+    grown, new = propose_ibp_row(block, alpha, rng, spare=True)
+    k_new = np.count_nonzero(new, axis=1)
+    eta = np.einsum("lk,lkd->ld", grown.Z[:, grown.n_rows - 1].view(np.uint8),
+                    grown.Y.view(np.uint8))                      # (L, D) uint8; new rows of Y are still zero
+    max_eta, top = int(eta.max(initial=0)), int(k_new.max(initial=0))
+    log_marginal, cdf = entry_tables(params, max_eta, top)
+    index = entry_index(x, eta, k_new, observed, max_eta, top)
+    log_w = np.take(log_marginal, index).sum(axis=1)
+    if top == 0:
+        return grown, log_w
+    has = np.flatnonzero(k_new)
+    Y = grown.Y.copy()
+    Y[new] = draw_new_rows(cdf, index[has], k_new[has], rng)[np.arange(top) < k_new[has, None]]
+    return dataclasses.replace(grown, Y=Y), log_w

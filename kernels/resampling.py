@@ -18,7 +18,7 @@ import dataclasses
 
 import numpy as np
 
-from .ibp_prior import Block, class_key, left_order
+from .ibp_prior import Block, class_key, feature_capacity, left_order, resize_features
 
 
 def normalise_log_weights(log_w: np.ndarray) -> tuple[np.ndarray, float]:
@@ -59,13 +59,20 @@ def _first_features(arr: np.ndarray, axes: tuple[int, ...], capacity: int) -> np
 
 
 def select_particles(block: Block, index: np.ndarray) -> Block:
-    """The particles ``index`` of a block (with repeats), feature axes cut to their largest K+.
+    """The particles ``index`` of a block (with repeats), feature axes cut or padded to
+    ``ibp_prior.feature_capacity`` of one more than their largest K+: room for a new feature, so
+    blocks are not regrown at every row, and a width that depends only on the particles selected
+    (the random draws of the next row depend on it; ``concatenate_blocks`` of selections pads to
+    the widest, the width of selecting all their particles at once).
 
     The arrays of the result are new (contiguous copies), so callers may write into them.
     """
-    capacity = int(np.count_nonzero(block.m[index], axis=1).max(initial=0))
-    return dataclasses.replace(block, **{name: _first_features(getattr(block, name), axes, capacity)[index]
-                                         for name, axes in block.FEATURE_AXES.items()})
+    capacity = feature_capacity(int(block.n_features[index].max(initial=0)) + 1)
+    if capacity == block.m.shape[1]:
+        return dataclasses.replace(block, **{name: getattr(block, name)[index] for name in block.FEATURE_AXES})
+    picked = dataclasses.replace(block, **{name: _first_features(getattr(block, name), axes, capacity)[index]
+                                           for name, axes in block.FEATURE_AXES.items()})
+    return picked if capacity <= block.m.shape[1] else resize_features(picked, capacity)
 
 
 def concatenate_blocks(blocks: list[Block], capacity: int | None = None) -> Block:

@@ -35,7 +35,9 @@ def summarise(Z: np.ndarray, F: np.ndarray, weights: np.ndarray) -> Summary:
 
     Identical matrices Z are grouped first, so the class keys cost O(distinct Z), not O(L). The
     grouping compares bit-packed rows as single byte strings (the same lexicographic order as
-    ``np.unique(..., axis=0)`` on the 0/1 rows, many times faster).
+    ``np.unique(..., axis=0)`` on the 0/1 rows, many times faster); the features are summed per
+    group with one ``np.add.reduceat`` over the samples sorted by group (``np.add.at`` cost ~40 ms
+    for 1000 noisy-OR particles).
     """
     weights = np.asarray(weights, np.float64)
     bits = Z.reshape(Z.shape[0], -1) != 0
@@ -44,8 +46,9 @@ def summarise(Z: np.ndarray, F: np.ndarray, weights: np.ndarray) -> Summary:
     _, first, inverse = np.unique(rows, return_index=True, return_inverse=True)
     inverse = inverse.ravel()
     mass = np.bincount(inverse, weights=weights, minlength=first.size)
-    feature_sum = np.zeros((first.size,) + F.shape[1:])
-    np.add.at(feature_sum, inverse, weights[:, None, None] * F)
+    order = np.argsort(inverse, kind="stable")        # each group's samples together, in their order
+    starts = np.concatenate([[0], np.cumsum(np.bincount(inverse, minlength=first.size))[:-1]])
+    feature_sum = np.add.reduceat(weights[order, None, None] * F[order], starts, axis=0)
     classes: dict[bytes, tuple[float, np.ndarray]] = {}
     for group, l in enumerate(first):
         order = left_order(Z[l])

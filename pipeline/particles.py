@@ -5,17 +5,20 @@ workers); block states are futures. One engine step processes one row i of X:
 
 1. every block propagates its particles through row i and weights them, block-locally, with the
    generator ``stream(seed, "propagate", i, b)`` (``propagate_task``);
-2. the client gathers the log-weights of all blocks in block order, normalises them and, unless i
-   is the last row, draws one uniform from ``stream(seed, "resample", i)`` for global systematic
-   resampling (``kernels.resampling``);
-3. each destination block is rebuilt as a task from the slices of its ancestors' blocks
-   (``rebuild_task``): systematic ancestors are sorted, so particles only move between
-   neighbouring blocks.
+2. the client gathers the incremental log-weights of all blocks in block order and multiplies
+   them into the particles' weights; unless i is the last row, it resamples globally (systematic,
+   ``kernels.resampling``, with the i-th of the uniforms drawn once from ``stream(seed, "resample")``)
+   when the effective sample size is below ``ess_threshold`` P, and otherwise keeps the weights
+   (adaptive resampling: the weighted particles stay an exact importance sample, and rows with
+   even weights lose no diversity);
+3. after a resampling each destination block is rebuilt as a task from the slices of its ancestors'
+   blocks (``rebuild_task``): systematic ancestors are sorted, so particles only move between
+   neighbouring blocks; the weights become uniform.
 
 Nothing depends on the number of workers, so a fit gives the same numbers on 1 worker or 8. After
-the last row the weighted summaries of the blocks (``ibp_summary``) are tree-reduced in block
-order. A checkpoint holds every block's arrays, the row index and the log-evidence; a finished
-run also holds its final weights and summary.
+the last row the weighted summaries of the blocks (``ibp_summary``) under the final weights are
+tree-reduced in block order. A checkpoint holds every block's arrays, the weights, the row index
+and the log-evidence; a finished run also holds its summary.
 """
 
 from __future__ import annotations
@@ -65,13 +68,16 @@ def check_noisy_or(config: object) -> None:
 
 @dataclass
 class ParticleConfig:
-    """Settings shared by both particle filters (SPEC 3.3): P particles in ``blocks`` blocks."""
+    """Settings shared by both particle filters (SPEC 3.3): P particles in ``blocks`` blocks; resample
+    when the effective sample size falls below ``ess_threshold`` P (module docstring; 1 resamples
+    after every row but the last unless the weights are exactly even, as in the paper's algorithms)."""
 
     particles: int = 1000
     blocks: int = 4
     alpha: float = 1.0
     seed: int = 0
     checkpoint_every: int = 10
+    ess_threshold: float = 0.5
 
     BINARY: ClassVar[bool] = False
     BLOCK_CLS: ClassVar[type] = ibp_prior.IBPParticles
@@ -79,6 +85,8 @@ class ParticleConfig:
     def check(self) -> None:
         require_counts(self, ("particles", "blocks", "checkpoint_every"))
         require_positive(self, ("alpha",))
+        if not 0.0 <= self.ess_threshold <= 1.0:
+            raise UserError(f"ess_threshold must be in [0, 1], got {self.ess_threshold}")
 
     def empty_block(self, size: int, n_rows: int, n_cols: int, masked: bool) -> ibp_prior.IBPParticles:
         """A block of ``size`` particles with no rows yet (each model's config implements it)."""
@@ -205,7 +213,8 @@ class ParticleDriver:
         self.bounds = block_bounds(config.particles, config.blocks)
         self.blocks: list = []
         self.log_evidence = 0.0
-        self.weights: np.ndarray | None = None
+        self.weights = np.full(config.particles, 1.0 / config.particles)
+        self.uniforms = stream(config.seed, "resample").random(self.n_rows)
         self.summary: ibp_summary.Summary | None = None
         self._t_start = time.perf_counter()
 
@@ -227,21 +236,28 @@ class ParticleDriver:
         log_w = self.executor.gather([self.executor.submit(pick, r, 1) for r in results])
         k_plus = self.executor.gather([self.executor.submit(pick, r, 2) for r in results])
         self.executor.release(results)
-        weights, increment = normalise_log_weights(np.concatenate(log_w))
-        self.log_evidence += increment
-        record = {"row": step + 1, "ess": effective_sample_size(weights),
-                  "k_plus": float(weights @ np.concatenate(k_plus)), "log_evidence": self.log_evidence}
-        if step + 1 < self.n_rows:
-            self.blocks = self._resample(blocks, weights, step)
+        with np.errstate(divide="ignore"):
+            log_prior = np.log(self.weights)
+        self.weights, log_mean = normalise_log_weights(log_prior + np.concatenate(log_w))
+        self.log_evidence += log_mean + np.log(self.weights.size)    # log sum_l W_l p(x_i, z_il | past) / q
+        ess = effective_sample_size(self.weights)
+        record = {"row": step + 1, "ess": ess, "k_plus": float(self.weights @ np.concatenate(k_plus)),
+                  "log_evidence": self.log_evidence}
+        resample = step + 1 < self.n_rows and ess < self.config.ess_threshold * self.weights.size
+        if resample:
+            self.blocks = self._resample(blocks, step)
+            self.weights = np.full(self.weights.size, 1.0 / self.weights.size)
         else:
-            self.blocks, self.weights = blocks, weights
+            self.blocks = blocks
+        record["resampled"] = float(resample)
+        if step + 1 >= self.n_rows:
             self.summary = self._summarise()
         record["seconds"] = time.perf_counter() - self._t_start
         return record
 
-    def _resample(self, blocks: list, weights: np.ndarray, row: int) -> list:
+    def _resample(self, blocks: list, row: int) -> list:
         """Global systematic resampling; destination blocks rebuilt from ancestor slices as tasks."""
-        ancestors = systematic_resample(weights, float(stream(self.config.seed, "resample", row).random()))
+        ancestors = systematic_resample(self.weights, float(self.uniforms[row]))
         source, index = ancestor_locations(ancestors, np.diff(self.bounds))
         rebuilt = []
         for lo, hi in zip(self.bounds[:-1], self.bounds[1:]):
@@ -266,23 +282,23 @@ class ParticleDriver:
     # -- checkpoints --
     def save(self, run: RunStore, step: int, trace: list[dict]) -> None:
         folder = run.new_checkpoint_dir(step)
-        arrays = {"log_evidence": np.float64(self.log_evidence), "rows_done": np.int64(step)}
+        arrays = {"log_evidence": np.float64(self.log_evidence), "rows_done": np.int64(step),
+                  "weights": self.weights}
         saved = self.executor.gather([self.executor.submit(block_arrays_task, b) for b in self.blocks])
         for b, block in enumerate(saved):
             arrays.update({f"block{b}_{name}": value for name, value in block.items()})
         if self.summary is not None:
-            arrays["weights"] = self.weights
             arrays.update(ibp_summary.to_arrays(self.summary, "summary_"))
         run.commit_checkpoint(folder, step, arrays, {"trace": trace})
 
     def restore(self, arrays: dict[str, np.ndarray], folder: object) -> None:
-        """Blocks, log-evidence and (for a finished run) weights and summary from a checkpoint."""
+        """Blocks, weights, log-evidence and (for a finished run) the summary from a checkpoint."""
         block_cls = self.config.BLOCK_CLS
         self.blocks = [self.executor.submit(block_from_arrays, block_cls,
                                             {n: arrays[f"block{b}_{n}"] for n in block_cls.FEATURE_AXES},
                                             int(arrays["rows_done"]))
                        for b in range(self.bounds.size - 1)]
         self.log_evidence = float(arrays["log_evidence"])
+        self.weights = arrays["weights"]
         if ibp_summary.has_summary(arrays, "summary_"):
-            self.weights = arrays["weights"]
             self.summary = ibp_summary.from_arrays(arrays, "summary_")

@@ -4,9 +4,9 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from buffet.kernels.ibp_prior import (class_key, enumerate_ibp_classes, exact_class_posterior, harmonic_number,
-                                      ibp_log_prob, left_order, new_feature_log_prior, sample_ibp,
-                                      sample_ibp_conditional)
+from buffet.kernels.ibp_prior import (append_row, class_key, enumerate_ibp_classes, exact_class_posterior,
+                                      feature_capacity, harmonic_number, ibp_log_prob, init_ibp_particles, left_order,
+                                      new_feature_log_prior, sample_ibp, sample_ibp_conditional)
 from buffet.kernels.ibp_synthetic import base_error, image_data, latent_images, noisy_or_data, zzt_error
 from buffet.kernels.pf_noisy_or import NoisyORParams
 from buffet.kernels.resampling import class_distribution, total_variation
@@ -53,6 +53,32 @@ def test_block_layout_counts_and_padding(ibp_draws):
     np.testing.assert_array_equal(block.m > 0, cols[None, :] < k[:, None])
     first_row = np.where(block.Z.any(axis=1), block.Z.argmax(axis=1), n_rows)
     assert np.all(np.diff(first_row, axis=1) >= 0)
+
+
+@pytest.mark.parametrize("spare", [False, True])
+def test_append_row_places_new_features_after_the_old_ones(spare):
+    """Row i = (z, K_new): particle l's new features in columns K_l .. K_l + K_new_l - 1, by a loop per particle."""
+    assert [feature_capacity(k) for k in range(10)] == [0, 1, 2, 4, 4, 8, 8, 8, 8, 16]
+    rng = np.random.default_rng(2)
+    block = init_ibp_particles(7, 5)
+    for i in range(5):
+        z = rng.random(block.m.shape) < 0.5
+        z &= block.m > 0                                      # entries only for existing features
+        k_new = rng.poisson(1.5, size=7)
+        grown, new = append_row(block, z, k_new, spare)
+        need = int((block.n_features + k_new).max())
+        assert grown.m.shape[1] == max(block.m.shape[1], feature_capacity(need) if spare else need)
+        for l in range(7):
+            k = block.n_features[l]
+            row = np.zeros(grown.m.shape[1], bool)
+            row[:z.shape[1]] = z[l]
+            row[k:k + k_new[l]] = True
+            np.testing.assert_array_equal(grown.Z[l, i], row)
+            np.testing.assert_array_equal(new[l], np.isin(np.arange(row.size), np.arange(k, k + k_new[l])))
+            np.testing.assert_array_equal(grown.Z[l, :i, :block.m.shape[1]], block.Z[l, :i])
+        np.testing.assert_array_equal(grown.m, grown.Z.sum(axis=1))
+        assert not grown.Z[:, i + 1:].any()
+        block = grown
 
 
 def test_conditional_probabilities_are_m_over_i():

@@ -4,6 +4,7 @@ import itertools
 
 import numpy as np
 import pytest
+from scipy import stats
 from scipy.special import logsumexp
 
 from buffet.kernels.gibbs_linear_gaussian import collapsed_log_likelihood, feature_posterior
@@ -11,9 +12,9 @@ from buffet.kernels.gibbs_noisy_or import collapsed_log_likelihood as noisy_or_l
 from buffet.kernels.ibp_prior import class_key, exact_class_posterior, left_order, new_feature_log_prior
 from buffet.kernels.ibp_synthetic import image_data, linear_gaussian_x, noisy_or_x, zzt_error
 from buffet.kernels.pf_linear_gaussian import init_lg_particles, pf_linear_gaussian_step
-from buffet.kernels.pf_proposals import NEW_FEATURE_TERMS
-from buffet.kernels.pf_noisy_or import (NoisyORParams, init_noisy_or_particles, pf_noisy_or_step,
-                                        sample_new_feature_rows)
+from buffet.kernels.pf_proposals import NEW_FEATURE_TERMS, feature_alone_log_density, log_sum_exp
+from buffet.kernels.pf_noisy_or import (UNOBSERVED, NoisyORParams, entry_tables, init_noisy_or_particles,
+                                        log_lik_entries, pf_noisy_or_step, sample_new_feature_rows)
 from buffet.kernels.resampling import (ancestor_locations, class_distribution, class_mean_features,
                                        concatenate_blocks, effective_sample_size, expected_zzt, k_plus_distribution,
                                        normalise_log_weights, select_particles, systematic_resample, total_variation)
@@ -43,8 +44,9 @@ def _brute_predictive(X, observed, Z_past, z_row, sx, sa, i):
 def _brute_log_p_over_q(X, observed, Z_past, z_row, m, sx, sa, alpha, i, proposal):
     """log p(z_i | past) - log q(z_i) over the existing features (the new features' Poisson cancels).
 
-    q(z_ik = 1) = pi_k for the prior; guided, pi_k f(z_i,<k, 1, 0...) / (the sum over z_ik), f the
-    predictive averaged over j <= NEW_FEATURE_TERMS new features (j zero columns before row i)."""
+    q(z_ik = 1) = pi_k for the prior; guided, pi_k f(e_k) / (pi_k f(e_k) + (1 - pi_k) f(0)), e_k the row with
+    feature k alone on, f the predictive averaged over j <= NEW_FEATURE_TERMS new features (j zero columns
+    before row i)."""
     log_poisson = new_feature_log_prior(i + 1, alpha, NEW_FEATURE_TERMS)
 
     def log_f(row):
@@ -54,8 +56,7 @@ def _brute_log_p_over_q(X, observed, Z_past, z_row, m, sx, sa, alpha, i, proposa
 
     total = 0.0
     for k, pi in enumerate(m / (i + 1)):
-        on = np.concatenate([z_row[:k], [1.0], np.zeros(len(m) - k - 1)])
-        off = np.concatenate([z_row[:k], np.zeros(len(m) - k)])
+        on, off = np.eye(len(m))[k], np.zeros(len(m))
         log_on, log_off = np.log(pi), np.log1p(-pi)
         if proposal == "guided":
             log_on, log_off = log_on + log_f(on), log_off + log_f(off)
@@ -106,6 +107,26 @@ def test_steps_leave_their_input_block_unchanged(model):
             np.testing.assert_array_equal(getattr(block, name), arr)
         assert new.n_rows == block.n_rows + 1
         block = new
+
+
+@pytest.mark.parametrize("per_column", [False, True])
+def test_feature_alone_log_density_is_the_gaussian_density_of_each_feature_alone(per_column):
+    """The guided proposal's f(e_k) terms against scipy's normal density, one particle and feature at a time."""
+    rng = np.random.default_rng(11)
+    L, K, D = 3, 4, 5
+    x, M = rng.normal(size=D), rng.normal(size=(L, K, D))
+    G = D if per_column else 1
+    S = rng.random((L, G, K, K)) + 0.1
+    var = np.array([0.3, 1.3, 2.3])
+    observed = rng.random(D) > 0.3 if per_column else None
+    got = feature_alone_log_density(x, M, S, var, observed)
+    obs = np.ones(D, bool) if observed is None else observed
+    for j, l, k in itertools.product(range(3), range(L), range(K)):
+        sd = np.sqrt(var[j] + S[l, :, k, k])
+        expected = stats.norm.logpdf(x, M[l, k], np.broadcast_to(sd, (D,)))[obs].sum()
+        assert got[j, l, k] == pytest.approx(expected, abs=1e-10)
+    a = rng.normal(size=(4, 3)) * 50
+    np.testing.assert_allclose(log_sum_exp(a), logsumexp(a, axis=0), rtol=1e-12)
 
 
 def test_lg_shared_covariance_refuses_missing_entries():
@@ -186,6 +207,24 @@ def test_noisy_or_log_weights_sum_out_new_rows_of_y():
             brute = _noisy_or_row_brute(X[i], eta, k_new, params, observed[i])
             assert log_w[l] == pytest.approx(brute, abs=1e-10)
             np.testing.assert_array_equal(block.Y[l, :k_old], before.Y[l, :k_old])
+
+
+def test_noisy_or_entry_tables_by_enumeration():
+    """eq. 11 marginal and the CDF of the new ones per column, against the 2^K_new configurations of the new entries."""
+    params = NoisyORParams(p=0.3, lam=0.8, eps=0.05)
+    max_eta, top = 3, 3
+    log_marginal, cdf = entry_tables(params, max_eta, top)
+    for x, eta, n in itertools.product([0, 1, UNOBSERVED], range(max_eta + 1), range(top + 1)):
+        mass = np.zeros(top + 1)
+        for y in itertools.product([0, 1], repeat=n):
+            on = 1 - (1 - params.eps) * (1 - params.lam) ** (eta + sum(y))
+            lik = 1.0 if x == UNOBSERVED else (on if x else 1 - on)
+            mass[sum(y)] += params.p ** sum(y) * (1 - params.p) ** (n - sum(y)) * lik
+        assert log_marginal[x, eta, n] == pytest.approx(np.log(mass.sum()), abs=1e-12)
+        np.testing.assert_allclose(cdf[:, x, eta, n], np.cumsum(mass) / mass.sum(), atol=1e-12)
+        assert cdf[-1, x, eta, n] == 1.0
+        if x != UNOBSERVED:
+            assert log_marginal[x, eta, n] == pytest.approx(float(log_lik_entries(bool(x), eta, params, n)), abs=1e-12)
 
 
 def test_new_rows_of_y_follow_their_posterior():

@@ -10,8 +10,10 @@ import pytest
 from buffet.data.arrays import from_array
 from buffet.data.errors import UserError
 from buffet.data.store import Dataset
+from buffet.kernels.ibp_prior import class_key, left_order
 from buffet.kernels.ibp_synthetic import image_data, noisy_or_data
 from buffet.kernels.resampling import concatenate_blocks, normalise_log_weights, select_particles, systematic_resample
+from buffet.pipeline import ibp_summary
 from buffet.pipeline.executors import DaskExecutor, SyncExecutor
 from buffet.pipeline.ibp_outputs import add_true_z
 from buffet.pipeline.particles import LGParticleConfig, NoisyORParticleConfig, block_bounds
@@ -63,31 +65,41 @@ def test_same_seed_gives_the_same_posterior_on_1_and_2_workers_and_in_process(tm
 
 
 def _reference_filter(config, X):
-    """The same filter written as "gather every particle, resample, cut into blocks" with the kernels."""
+    """The same filter written as "gather every particle, resample when the ESS is low, cut into blocks"
+    with the kernels; returns the blocks and the final weights."""
     bounds = block_bounds(config.particles, config.blocks)
     blocks = [config.empty_block(int(n), X.shape[0], X.shape[1], False) for n in np.diff(bounds)]
+    uniforms = stream(config.seed, "resample").random(X.shape[0])
+    weights = np.full(config.particles, 1.0 / config.particles)
     for i, x in enumerate(X):
         steps = [config.propagate(block, x, None, stream(config.seed, "propagate", i, b))
                  for b, block in enumerate(blocks)]
-        weights, _ = normalise_log_weights(np.concatenate([lw for _, lw in steps]))
+        weights, _ = normalise_log_weights(np.log(weights) + np.concatenate([lw for _, lw in steps]))
         blocks = [block for block, _ in steps]
-        if i + 1 < X.shape[0]:
+        if i + 1 < X.shape[0] and 1.0 / np.sum(weights ** 2) < config.ess_threshold * config.particles:
             whole = concatenate_blocks(blocks)
-            ancestors = systematic_resample(weights, stream(config.seed, "resample", i).random())
+            ancestors = systematic_resample(weights, uniforms[i])
             blocks = [select_particles(whole, ancestors[lo:hi]) for lo, hi in zip(bounds[:-1], bounds[1:])]
-    return blocks
+            weights = np.full(config.particles, 1.0 / config.particles)
+    return blocks, weights
 
 
-@pytest.mark.parametrize("blocks, proposal", [(1, "prior"), (4, "prior"), (4, "guided")])
-def test_moving_particles_between_blocks_equals_resampling_the_gathered_particles(tmp_path, stores, blocks, proposal):
-    config = LGParticleConfig(particles=50, blocks=blocks, sigma_x=0.5, seed=1, proposal=proposal)
+@pytest.mark.parametrize("blocks, proposal, ess_threshold", [(1, "prior", 1.0), (4, "prior", 1.0), (4, "guided", 1.0),
+                                                             (4, "guided", 0.5)])
+def test_moving_particles_between_blocks_equals_resampling_the_gathered_particles(tmp_path, stores, blocks, proposal,
+                                                                                  ess_threshold):
+    config = LGParticleConfig(particles=50, blocks=blocks, sigma_x=0.5, seed=1, proposal=proposal,
+                              ess_threshold=ess_threshold)
     run = fit_run("pf-linear-gaussian", stores["pf-linear-gaussian"], tmp_path / "run", config, SyncExecutor(),
                   quiet=True)
-    arrays, _ = _checkpoint(run)
-    expected = _reference_filter(config, Dataset(stores["pf-linear-gaussian"]).read_rows(0, 24).X)
+    arrays, trace = _checkpoint(run)
+    expected, weights = _reference_filter(config, Dataset(stores["pf-linear-gaussian"]).read_rows(0, 24).X)
     for b, block in enumerate(expected):
         np.testing.assert_array_equal(arrays[f"block{b}_Z"], block.Z)
         np.testing.assert_allclose(arrays[f"block{b}_M"], block.M, rtol=1e-12, atol=1e-12)
+    np.testing.assert_allclose(arrays["weights"], weights, rtol=1e-12)
+    resampled = [r["resampled"] for r in trace]
+    assert resampled[-1] == 0.0 and (sum(resampled) == 23 if ess_threshold == 1.0 else 0 < sum(resampled) < 23)
 
 
 @pytest.mark.parametrize("model, store", [("pf-noisy-or", "pf-noisy-or"), ("pf-linear-gaussian", "masked")])
@@ -100,12 +112,33 @@ def test_resumed_filter_ends_like_an_uninterrupted_one(tmp_path, stores, model, 
     _assert_same(_checkpoint(whole), _checkpoint(resume_run(str(part.path), SyncExecutor(), quiet=True)))
 
 
+def test_summary_class_sums_equal_a_loop_over_particles():
+    """``ibp_summary.summarise`` groups repeated particles; its per-class mass and feature sums equal a plain loop."""
+    rng = np.random.default_rng(5)
+    Z = rng.random((30, 4, 3)) < 0.4
+    Z[10:20] = Z[:10]
+    Z[20:25] = Z[:5, :, ::-1]                 # same classes, columns in another order
+    F, w = rng.normal(size=(30, 3, 2)), rng.random(30)
+    summary = ibp_summary.summarise(Z, F, w)
+    direct = {}
+    for l in range(30):
+        mass, features = direct.get(class_key(Z[l]), (0.0, 0.0))
+        direct[class_key(Z[l])] = (mass + w[l], features + w[l] * F[l][left_order(Z[l])])
+    assert summary.classes.keys() == direct.keys()
+    for key, (mass, features) in direct.items():
+        assert summary.classes[key][0] == pytest.approx(mass)
+        np.testing.assert_allclose(summary.classes[key][1], features, atol=1e-12)
+
+
 def test_more_blocks_than_particles_and_bad_settings_are_handled(tmp_path, stores):
     run = fit_run("pf-noisy-or", stores["pf-noisy-or"], tmp_path / "few", NoisyORParticleConfig(particles=2, blocks=5),
                   SyncExecutor(), quiet=True)
     assert _checkpoint(run)[0]["weights"].shape == (2,)
     with pytest.raises(UserError, match="lam"):
         fit_run("pf-noisy-or", stores["pf-noisy-or"], tmp_path / "bad", NoisyORParticleConfig(lam=1.5),
+                SyncExecutor(), quiet=True)
+    with pytest.raises(UserError, match="ess_threshold"):
+        fit_run("pf-noisy-or", stores["pf-noisy-or"], tmp_path / "bad-ess", NoisyORParticleConfig(ess_threshold=1.5),
                 SyncExecutor(), quiet=True)
     with pytest.raises(UserError, match="proposal must be one of prior, guided"):
         fit_run("pf-linear-gaussian", stores["pf-linear-gaussian"], tmp_path / "bad-proposal",
