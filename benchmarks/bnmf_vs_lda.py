@@ -58,7 +58,7 @@ def run_buffet(args) -> dict:
                         precision=args.precision, accelerate=args.accelerate,
                         chunk_rows=args.chunk_rows or max(1, args.batch_size // max(1, args.workers)))
     with PeakMemory() as mem:
-        with dask_client(args.workers, dashboard=False, quiet=True) as client:
+        with dask_client(args.workers, dashboard=False, quiet=True, worker_kind=args.worker_kind) as client:
             corpus = corpus_from_source(args.store, "heldout")
             driver = BNMFDriver(config, corpus, DaskExecutor(client))
             driver._eval = []  # held-out scoring happens below, outside the timed pass
@@ -86,7 +86,7 @@ def run_buffet(args) -> dict:
             "heldout_ll": ll / tokens, "heldout_ll_mixture_form": check,
             "mean_sweeps": float(np.mean([r["mean_sweeps"] for r in trace])),
             "chunk_rows": config.chunk_rows, "steps": len(trace), "precision": args.precision,
-            "accelerate": args.accelerate}
+            "accelerate": args.accelerate, "worker_kind": args.worker_kind}
 
 
 def run_sklearn(args) -> dict:
@@ -154,6 +154,8 @@ def main() -> None:
                    help="buffet: precision of the local sweeps (BNMFConfig.precision)")
     p.add_argument("--accelerate", action="store_true",
                    help="buffet: SQUAREM-accelerated local sweeps (BNMFConfig.accelerate)")
+    p.add_argument("--worker-kind", choices=("processes", "threads"), default="threads",
+                   help="buffet: LocalCluster workers as processes or threads (the CLI's default for bnmf: threads)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--results", default=str(Path(__file__).resolve().parent / "results.jsonl"))
     p.add_argument("--tag", default="")

@@ -96,5 +96,8 @@ def report(run: RunStore, out_dir: Path) -> list[Path]:
     return files + [out_dir / "summary.md"]
 
 
-spec = ModelSpec(config_cls=BNMFConfig, make_driver=make_driver, evaluate=evaluate, export=export, report=report)
+# The local step spends its time in NumPy calls that release the GIL, so threads sharing the broadcast
+# topics beat worker processes that each receive a serialised copy (benchmarks/README.md section 13).
+spec = ModelSpec(config_cls=BNMFConfig, make_driver=make_driver, evaluate=evaluate, export=export, report=report,
+                 worker_kind="threads")
 register("bnmf", spec)

@@ -19,6 +19,7 @@ import numpy as np
 
 from buffet.data.errors import UserError
 from buffet.pipeline import bnmf_outputs
+from buffet.pipeline.cluster import WORKER_KINDS, dask_client
 from buffet.pipeline.executors import DaskExecutor, Executor
 from buffet.pipeline.runs import config_from, fit_run, models, resume_run, spec_for
 from buffet.pipeline.runstore import RunStore
@@ -28,7 +29,11 @@ INGEST_FORMATS = ("uci", "ldac", "mtx", "ratings", "dense-ratings", "pairs")
 
 
 def _cluster_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--workers", type=int, default=None, help="LocalCluster worker processes (default: one per core)")
+    p.add_argument("--workers", type=int, default=None,
+                   help="LocalCluster workers: processes, or threads with --worker-kind threads (default: one per core)")
+    p.add_argument("--worker-kind", choices=WORKER_KINDS, default=None,
+                   help="LocalCluster workers as processes or as threads of this process (default: the model's "
+                        "choice; Bayesian NMF uses threads, the other models processes)")
     p.add_argument("--scheduler", default=None, help="address of an existing Dask scheduler to use instead")
     p.add_argument("--quiet", action="store_true", help="no progress lines")
 
@@ -126,10 +131,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 @contextlib.contextmanager
-def executor_for(args: argparse.Namespace) -> Iterator[Executor]:
-    from buffet.pipeline.cluster import dask_client
-
-    with dask_client(args.workers, args.scheduler, quiet=args.quiet) as client:
+def executor_for(args: argparse.Namespace, model: str) -> Iterator[Executor]:
+    """A Dask executor from the cluster options; the LocalCluster's worker kind defaults to ``model``'s."""
+    kind = args.worker_kind or spec_for(model).worker_kind
+    with dask_client(args.workers, args.scheduler, quiet=args.quiet, worker_kind=kind) as client:
         yield DaskExecutor(client)
 
 
@@ -147,7 +152,7 @@ def cmd_fit(args: argparse.Namespace) -> None:
     config = _config(args)
     Dataset(args.store)  # a missing or corrupt store fails here, before a cluster starts
     RunStore.check_new(Path(args.out), args.overwrite)
-    with executor_for(args) as ex:
+    with executor_for(args, args.model) as ex:
         run = fit_run(args.model, args.store, args.out, config, ex, args.overwrite, args.stop_after, args.quiet)
     print(f"run {run.path}: {run.status}")
     _print_topics(run)
@@ -163,14 +168,14 @@ def _print_topics(run: RunStore) -> None:
 
 
 def cmd_resume(args: argparse.Namespace) -> None:
-    with executor_for(args) as ex:
+    with executor_for(args, RunStore(args.run).model) as ex:
         run = resume_run(args.run, ex, args.quiet)
     print(f"run {run.path}: {run.status}")
 
 
 def cmd_evaluate(args: argparse.Namespace) -> None:
     run = RunStore(args.run)
-    with executor_for(args) as ex:
+    with executor_for(args, run.model) as ex:
         result = spec_for(run.model).evaluate(run, ex)
     if args.json:
         print(json.dumps(result))
@@ -216,7 +221,7 @@ def cmd_ingest(args: argparse.Namespace) -> None:
 def cmd_demo(args: argparse.Namespace) -> None:
     from buffet.pipeline.demo import run_demo
 
-    with executor_for(args) as ex:
+    with executor_for(args, "bnmf") as ex:
         run_demo(Path(args.out), args.k, args.passes, ex, args.overwrite, args.quiet)
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import os
 import sys
 from typing import TYPE_CHECKING, Iterator
 
@@ -17,37 +18,62 @@ from buffet.data.errors import UserError
 # per task, which measured 10-20% slower (benchmarks/README.md). 256 MiB keeps them mapped.
 WORKER_MALLOC_TRIM_THRESHOLD = str(256 << 20)
 
+# How the embedded LocalCluster runs block tasks: "processes" are single-threaded worker
+# processes (right for kernels that hold the GIL in Python loops: the samplers, the particle
+# filters); "threads" are threads of this process (right for kernels that spend their time in
+# NumPy calls, which release the GIL: globals are then shared, not serialised to every worker).
+WORKER_KINDS = ("processes", "threads")
+
 
 @contextlib.contextmanager
-def dask_client(workers: int | None = None, scheduler: str | None = None,
-                dashboard: bool = True, quiet: bool = False) -> Iterator["distributed.Client"]:
+def dask_client(workers: int | None = None, scheduler: str | None = None, dashboard: bool = True,
+                quiet: bool = False, worker_kind: str = "processes") -> Iterator["distributed.Client"]:
     """A ``distributed.Client``: on ``scheduler`` if given, else on a new LocalCluster with
-    ``workers`` single-threaded worker processes (default: one per core). Prints the
-    dashboard address so a user can watch the tasks."""
-    from distributed import Client, LocalCluster
+    ``workers`` single-threaded worker processes or, with ``worker_kind="threads"``, one worker of
+    ``workers`` threads inside this process (default: one per core). Prints the dashboard address
+    so a user can watch the tasks."""
+    from distributed import Client
 
-    if scheduler:
-        try:
-            client = Client(scheduler, timeout="10s")
-        except OSError as exc:
-            raise UserError(f"cannot reach the Dask scheduler at {scheduler}: {exc}") from None
-        cluster = None
-    else:
-        if workers is not None and workers < 1:
-            raise UserError(f"--workers must be >= 1, got {workers}")
-        import dask
-
-        with dask.config.set({"distributed.nanny.pre-spawn-environ.MALLOC_TRIM_THRESHOLD_":
-                              WORKER_MALLOC_TRIM_THRESHOLD}):
-            cluster = LocalCluster(n_workers=workers, threads_per_worker=1, processes=True,
-                                   dashboard_address=":0" if dashboard else None,
-                                   silence_logs=logging.ERROR)
-        client = Client(cluster)
-    try:
+    if worker_kind not in WORKER_KINDS:
+        raise UserError(f"worker kind must be one of {', '.join(WORKER_KINDS)}, got {worker_kind!r}")
+    with contextlib.ExitStack() as stack:
+        if scheduler:
+            try:
+                client = Client(scheduler, timeout="10s")
+            except OSError as exc:
+                raise UserError(f"cannot reach the Dask scheduler at {scheduler}: {exc}") from None
+        else:
+            if workers is not None and workers < 1:
+                raise UserError(f"--workers must be >= 1, got {workers}")
+            if worker_kind == "threads":
+                stack.enter_context(single_threaded_blas())
+            cluster = stack.enter_context(local_cluster(workers, worker_kind, dashboard))
+            client = Client(cluster)
+        stack.callback(client.close)
         if not quiet and client.dashboard_link:
             print(f"Dask dashboard: {client.dashboard_link}", file=sys.stderr)
         yield client
-    finally:
-        client.close()
-        if cluster is not None:
-            cluster.close()
+
+
+def local_cluster(workers: int | None, worker_kind: str, dashboard: bool) -> "distributed.LocalCluster":
+    """The embedded LocalCluster: ``workers`` worker processes of one thread, or one in-process
+    worker of ``workers`` threads (``worker_kind``); ``None`` means one per core."""
+    import dask
+    from distributed import LocalCluster
+
+    common = {"dashboard_address": ":0" if dashboard else None, "silence_logs": logging.ERROR}
+    if worker_kind == "threads":
+        return LocalCluster(n_workers=1, threads_per_worker=workers or os.cpu_count() or 1, processes=False,
+                            **common)
+    with dask.config.set({"distributed.nanny.pre-spawn-environ.MALLOC_TRIM_THRESHOLD_":
+                          WORKER_MALLOC_TRIM_THRESHOLD}):
+        return LocalCluster(n_workers=workers, threads_per_worker=1, processes=True, **common)
+
+
+def single_threaded_blas() -> contextlib.AbstractContextManager:
+    """BLAS limited to one thread in this process while task threads run, as Dask's nannies do for
+    worker processes (OMP/OPENBLAS/MKL_NUM_THREADS=1): two task threads each calling a BLAS that
+    starts threads of its own would oversubscribe the cores."""
+    from threadpoolctl import threadpool_limits
+
+    return threadpool_limits(limits=1, user_api="blas")

@@ -22,13 +22,15 @@ from buffet.pipeline.runstore import RunStore
 
 @dataclass(frozen=True)
 class ModelSpec:
-    """How the engine runs, evaluates, exports and reports one model."""
+    """How the engine runs, evaluates, exports and reports one model. ``worker_kind`` is the kind
+    of embedded LocalCluster worker its block tasks run best on (``cluster.WORKER_KINDS``)."""
 
     config_cls: type
     make_driver: Callable[[Any, str, Executor], Any]
     evaluate: Callable[[RunStore, Executor], dict]
     export: Callable[[RunStore], dict[str, np.ndarray]]
     report: Callable[[RunStore, Path], list[Path]]
+    worker_kind: str = "processes"
 
 
 MODELS: dict[str, ModelSpec] = {}

@@ -24,17 +24,20 @@ def corpus_store(tmp_path_factory, model_corpus):
     return str(path)
 
 
-def _client(n_workers):
-    from distributed import Client, LocalCluster
+def _client(workers, kind="processes"):
+    from distributed import Client
 
-    cluster = LocalCluster(n_workers=n_workers, threads_per_worker=1, processes=True, dashboard_address=":0")
+    from buffet.pipeline.cluster import local_cluster
+
+    cluster = local_cluster(workers, kind, dashboard=True)
     return cluster, Client(cluster)
 
 
 @pytest.fixture(scope="session")
 def clients():
-    """Clients of a 1-worker and a 2-worker LocalCluster, keyed by the number of workers."""
-    made = {n: _client(n) for n in (1, 2)}
+    """Clients of a 1-worker and a 2-worker LocalCluster of processes, keyed by the number of workers, and
+    of one in-process worker with 2 threads, keyed "threads"."""
+    made = {1: _client(1), 2: _client(2), "threads": _client(2, "threads")}
     yield {n: client for n, (_, client) in made.items()}
     for cluster, client in made.values():
         client.close()

@@ -63,10 +63,11 @@ def test_resumed_run_ends_like_an_uninterrupted_run(tmp_path, corpus_store, mode
 
 @pytest.mark.parametrize("mode, options", [("batch", {}), ("svi", {}), ("svi", {"accelerate": True})])
 def test_same_seed_same_topics_on_1_and_2_workers_and_other_chunkings(tmp_path, corpus_store, clients, mode, options):
-    """In float64, with or without SQUAREM sweeps (``--precision float32`` is not covered: its
-    rounding turns the float64 reduction-order noise into ~1e-5 differences on a large corpus)."""
+    """In float64, with or without SQUAREM sweeps, on worker processes or threads (``--precision float32``
+    is not covered: its rounding turns the float64 reduction-order noise into ~1e-5 differences on a
+    large corpus)."""
     runs = []
-    for i, (workers, chunk_rows) in enumerate([(1, 250), (2, 250), (2, 333)]):
+    for i, (workers, chunk_rows) in enumerate([(1, 250), (2, 250), (2, 333), ("threads", 333)]):
         config = BNMFConfig(n_topics=6, mode=mode, batch_size=500, passes=1, max_iter=5, tol=0.0,
                             chunk_rows=chunk_rows, eval_every=2, seed=3, **options)
         run = fit_run("bnmf", corpus_store, tmp_path / f"run{i}", config, DaskExecutor(clients[workers]),
