@@ -7,7 +7,7 @@ and header counts that disagree with the file.
 
 from __future__ import annotations
 
-from typing import Callable
+from typing import IO, Callable, Iterator
 
 import numpy as np
 
@@ -142,3 +142,55 @@ def _strictly_increasing(rows: np.ndarray, cols: np.ndarray) -> bool:
     """True when entries are sorted by row and, within a row, by strictly increasing column."""
     same_row = rows[1:] == rows[:-1]
     return bool(((rows[1:] > rows[:-1]) | (same_row & (cols[1:] > cols[:-1]))).all())
+
+
+ENTRY = np.dtype([("row", np.int64), ("col", np.int64), ("value", np.float64), ("line", np.int64)])
+MAX_BUCKETS = 1024  # row buckets a spill is read back in; bounds the bookkeeping per input block
+
+
+class RowBuckets:
+    """Entries of a file that lists them in any order, assembled one group of rows at a time (SPEC 1:
+    ingest streams and never holds the whole file).
+
+    Each input block is sorted by row bucket (``bucket_rows`` consecutive rows) and appended to a
+    scratch file as one run; ``buckets`` then reads every run's slice of a bucket back, from the
+    first bucket to the last. Memory holds one input block or one bucket. Within a bucket the
+    entries keep their input order, so checks that name "the first line" still do.
+    """
+
+    def __init__(self, scratch: IO[bytes], bucket_rows: int):
+        """Runs go to the open binary file ``scratch``; buckets span ``bucket_rows`` rows."""
+        self.scratch, self.bucket_rows = scratch, max(1, int(bucket_rows))
+        self.runs: list[tuple[int, np.ndarray]] = []  # (byte offset of the run, entries per bucket)
+        self.end = 0
+
+    @staticmethod
+    def bucket_rows_for(n_rows: int, rows_per_chunk: int) -> int:
+        """Rows per bucket: a store's row chunk, or more when that would make over ``MAX_BUCKETS`` buckets."""
+        return max(rows_per_chunk, -(-n_rows // MAX_BUCKETS))
+
+    def add(self, rows: np.ndarray, cols: np.ndarray, values: np.ndarray, lines: np.ndarray) -> None:
+        """Spill one block of entries (0-based rows and columns, with their line numbers)."""
+        if rows.size == 0:
+            return
+        bucket = rows // self.bucket_rows
+        order = np.argsort(bucket, kind="stable")
+        run = np.empty(rows.size, dtype=ENTRY)
+        for name, column in zip(ENTRY.names, (rows, cols, values, lines)):
+            run[name] = column[order]
+        self.scratch.seek(self.end)
+        run.tofile(self.scratch)
+        self.runs.append((self.end, np.bincount(bucket)))
+        self.end += run.nbytes
+
+    def buckets(self, n_rows: int) -> Iterator[tuple[int, np.ndarray]]:
+        """(first row, entries) of every bucket covering rows 0..n_rows - 1, in row order; the
+        entries are an ``ENTRY`` array in input order (empty for a bucket without entries)."""
+        starts = [offset + ENTRY.itemsize * (np.cumsum(counts) - counts) for offset, counts in self.runs]
+        for b in range(-(-n_rows // self.bucket_rows)):
+            parts = []
+            for (_, counts), start in zip(self.runs, starts):
+                if b < counts.size and counts[b]:
+                    self.scratch.seek(int(start[b]))
+                    parts.append(np.fromfile(self.scratch, dtype=ENTRY, count=int(counts[b])))
+            yield b * self.bucket_rows, np.concatenate(parts) if parts else np.empty(0, dtype=ENTRY)

@@ -3,22 +3,25 @@
 Rows are the first index. The field sets the default kind: ``pattern`` -> binary, ``integer``
 -> counts, ``real`` -> real. Counts are stored in the ``csr`` layout, other kinds dense (an
 unlisted coordinate entry is a zero, as Matrix Market defines it, not a missing value).
-The text is parsed in blocks; the entries are then gathered in memory, since coordinate
-files may list them in any order.
+The text is parsed and checked block by block; since coordinate files may list entries in any
+order, they are spilled by row bucket to a scratch file and assembled one bucket at a time
+(``entries.RowBuckets``), so memory never holds the whole file.
 """
 
 from __future__ import annotations
 
+import tempfile
+
 import numpy as np
 
 from buffet.data.arrays import DEFAULT_ROWS_PER_CHUNK
-from buffet.data.entries import (CSRRowStream, EntryCount, check_dimension, check_kind_values, check_range,
-                                  dense_from_cells)
+from buffet.data.entries import (ENTRY, CSRRowStream, EntryCount, RowBuckets, check_dimension, check_kind_values,
+                                 check_range, dense_from_cells)
 from buffet.data.errors import InputError
 from buffet.data.ingest_store import check_options, finish_store, provenance
-from buffet.data.store import CSRWriter, Dataset, StoreWriter, check_kind, write_dense
+from buffet.data.store import CSRWriter, Dataset, DenseWriter, StoreWriter, check_kind
 from buffet.data.textblocks import (DEFAULT_BLOCK_BYTES, PathLike, RecordSpec, Records, TextSource, at,
-                                    concat_records, parse_records, read_int_line, show)
+                                    parse_records, read_int_line, show)
 
 FIELD_KINDS = {"pattern": "binary", "integer": "counts", "real": "real", "double": "real"}
 BANNER = "%%matrixmarket matrix FORMAT FIELD general"
@@ -37,7 +40,8 @@ def ingest_mtx(path: PathLike, out: PathLike, kind: str | None = None,
     split: whole rows for counts, entries otherwise.
     """
     check_options(rows_per_chunk, holdout, block_bytes)
-    with StoreWriter(out, overwrite=overwrite) as w, TextSource(path) as src:
+    with StoreWriter(out, overwrite=overwrite) as w, TextSource(path) as src, \
+            tempfile.TemporaryFile(dir=w.tmp) as scratch:
         layout_name, field = _read_banner(src)
         kind = kind or FIELD_KINDS[field]
         check_kind(kind)
@@ -48,26 +52,46 @@ def ingest_mtx(path: PathLike, out: PathLike, kind: str | None = None,
         check_dimension(n_rows, "rows", path, size_line)
         check_dimension(n_cols, "columns", path, size_line)
         spec = RecordSpec(("row", "column") if coordinate else (), () if field == "pattern" else ("value",))
-        rec = concat_records([parse_records(b, spec, path) for b in src.blocks(block_bytes)], spec)
         count = EntryCount(size[2] if coordinate else n_rows * n_cols, path, size_line,
                            "entries" if coordinate else "rows x columns")
-        count.add(rec.lines)
+        buckets = RowBuckets(scratch, RowBuckets.bucket_rows_for(n_rows, rows_per_chunk))
+        for block in src.blocks(block_bytes):
+            rec = parse_records(block, spec, path)
+            first = count.seen
+            count.add(rec.lines)
+            rows, cols = _positions(rec, coordinate, n_rows, n_cols, size_line, path, first)
+            values = rec.values[:, 0] if rec.values.shape[1] else np.ones(len(rec))
+            check_kind_values(kind, values, rec.lines, path)
+            buckets.add(rows, cols, values, rec.lines)
         count.finish(src.line)
-        rows, cols = _positions(rec, coordinate, n_rows, n_cols, size_line, path)
-        values = rec.values[:, 0] if rec.values.shape[1] else np.ones(len(rec))
-        check_kind_values(kind, values, rec.lines, path)
         if kind == "counts":
-            order = np.argsort(rows, kind="stable")
-            stream = CSRRowStream(CSRWriter(w.group, n_cols, rows_per_chunk, kind, str(path)), path, _describe)
-            stream.add(rows[order], cols[order], values[order], rec.lines[order])
-            shape, layout = stream.finish(n_rows), "csr"
+            shape, layout = _write_csr(w, buckets, n_rows, n_cols, rows_per_chunk, kind, path), "csr"
         else:
-            X = dense_from_cells((n_rows, n_cols), rows, cols, values, rec.lines, path, _describe)
-            write_dense(w.group, X, None, rows_per_chunk)
-            shape, layout = X.shape, "dense"
+            shape, layout = _write_dense(w, buckets, n_rows, n_cols, rows_per_chunk, path), "dense"
         prov = provenance("mtx", [path], mtx_format=layout_name, field=field, lines=src.line)
         finish_store(w, layout, kind, shape, rows_per_chunk, prov, holdout, seed)
     return Dataset(out)
+
+
+def _write_csr(w: StoreWriter, buckets: RowBuckets, n_rows: int, n_cols: int, rows_per_chunk: int, kind: str,
+               path: PathLike) -> tuple[int, int]:
+    """The spilled entries as CSR rows, one row bucket at a time; repeated cells are errors."""
+    stream = CSRRowStream(CSRWriter(w.group, n_cols, rows_per_chunk, kind, str(path)), path, _describe)
+    for _, entries in buckets.buckets(n_rows):
+        entries = entries[np.argsort(entries["row"], kind="stable")]
+        stream.add(*(entries[name] for name in ENTRY.names))
+    return stream.finish(n_rows)
+
+
+def _write_dense(w: StoreWriter, buckets: RowBuckets, n_rows: int, n_cols: int, rows_per_chunk: int,
+                 path: PathLike) -> tuple[int, int]:
+    """The spilled entries as dense row blocks (zero where no entry is listed); repeated cells are errors."""
+    writer = DenseWriter(w.group, n_cols, rows_per_chunk, with_mask=False)
+    for r0, entries in buckets.buckets(n_rows):
+        r1 = min(r0 + buckets.bucket_rows, n_rows)
+        writer.add_rows(dense_from_cells((r1 - r0, n_cols), entries["row"] - r0, entries["col"], entries["value"],
+                                         entries["line"], path, lambda r, c: _describe(r + r0, c)), None)
+    return writer.finish()
 
 
 def _read_banner(src: TextSource) -> tuple[str, str]:
@@ -97,11 +121,11 @@ def _describe(row: int, col: int) -> str:
 
 
 def _positions(rec: Records, coordinate: bool, n_rows: int, n_cols: int, size_line: int,
-               path: PathLike) -> tuple[np.ndarray, np.ndarray]:
-    """0-based (row, column) of every entry: given (1-based) for coordinate files,
-    column-major order for array files."""
+               path: PathLike, first: int) -> tuple[np.ndarray, np.ndarray]:
+    """0-based (row, column) of every entry: given (1-based) for coordinate files, column-major
+    order for array files, whose records are entries ``first``, ``first + 1``, ... of the file."""
     if not coordinate:
-        k = np.arange(len(rec), dtype=np.int64)
+        k = first + np.arange(len(rec), dtype=np.int64)
         return k % max(1, n_rows), k // max(1, n_rows)
     context = f" (line {size_line} gives the size {n_rows} x {n_cols})"
     check_range(rec.ids[:, 0], 1, n_rows, rec.lines, path, "row index", context)

@@ -7,16 +7,17 @@ layout the collaborative-filtering protocol (SPEC 4) holds entries out of.
 from __future__ import annotations
 
 import csv
+import tempfile
 from array import array
 from typing import Iterator
 
 import numpy as np
 
 from buffet.data.arrays import DEFAULT_ROWS_PER_CHUNK
-from buffet.data.entries import check_kind_values, dense_from_cells
+from buffet.data.entries import RowBuckets, check_kind_values, dense_from_cells
 from buffet.data.errors import InputError
 from buffet.data.ingest_store import check_options, finish_store, provenance
-from buffet.data.store import Dataset, DenseWriter, StoreWriter, write_dense, write_strings
+from buffet.data.store import Dataset, DenseWriter, StoreWriter, write_strings
 from buffet.data.textblocks import (DEFAULT_BLOCK_BYTES, Block, PathLike, RecordSpec, TextSource, at,
                                     parse_float, parse_records, split_fields)
 
@@ -32,22 +33,23 @@ def ingest_ratings(path: PathLike, out: PathLike, rows_per_chunk: int = DEFAULT_
     User and item ids are arbitrary strings numbered in order of first appearance and stored
     as ``row_labels`` and ``col_labels``. Errors name file and line: malformed lines, ratings
     that are not finite numbers, a repeated (user, item) pair, an empty file. ``holdout``
-    stores a ``heldout`` split of rated entries (``test_mask``). The ratings are gathered in
-    memory (compact arrays), since a user's ratings may be anywhere in the file.
+    stores a ``heldout`` split of rated entries (``test_mask``). Since a user's ratings may be
+    anywhere in the file, they are spilled by user bucket to a scratch file and the matrix is
+    written one bucket of users at a time (``entries.RowBuckets``); memory holds the id tables.
     """
     check_options(rows_per_chunk, holdout)
-    table = _RatingList(path)
-    with StoreWriter(out, overwrite=overwrite) as w, TextSource(path) as src:
+    with StoreWriter(out, overwrite=overwrite) as w, TextSource(path) as src, \
+            tempfile.TemporaryFile(dir=w.tmp) as scratch:
+        table = _RatingList(path, RowBuckets(scratch, rows_per_chunk))
         rating_rows = _rating_rows(src)
         header = table.add_first(next(rating_rows, None))
         for line, fields in rating_rows:
             table.add(fields, line)
-        X, mask = table.dense()
-        write_dense(w.group, X, mask, rows_per_chunk)
+        shape = table.write(DenseWriter(w.group, len(table.items), rows_per_chunk, with_mask=True))
         write_strings(w.group, "row_labels", list(table.users))
         write_strings(w.group, "col_labels", list(table.items))
-        prov = provenance("ratings", [path], header=header, ratings=len(table.lines), lines=src.line)
-        finish_store(w, "dense", "real", X.shape, rows_per_chunk, prov, holdout, seed)
+        prov = provenance("ratings", [path], header=header, ratings=table.count, lines=src.line)
+        finish_store(w, "dense", "real", shape, rows_per_chunk, prov, holdout, seed)
     return Dataset(out)
 
 
@@ -68,13 +70,21 @@ def _rating_rows(src: TextSource) -> Iterator[tuple[int, list[str]]]:
 
 
 class _RatingList:
-    """Ratings gathered as compact arrays, with user and item ids numbered in order of appearance."""
+    """Ratings spilled by user bucket (``RowBuckets``), with user and item ids numbered in order of
+    appearance; lines are parsed one at a time and spilled in batches of ``BATCH`` ratings."""
 
-    def __init__(self, path: PathLike):
-        """An empty list of ratings from ``path``."""
-        self.path = path
+    BATCH = 1 << 16
+
+    def __init__(self, path: PathLike, buckets: RowBuckets):
+        """An empty list of ratings from ``path``, spilled into ``buckets``."""
+        self.path, self.buckets = path, buckets
         self.users: dict[str, int] = {}
         self.items: dict[str, int] = {}
+        self.count = 0
+        self._batch()
+
+    def _batch(self) -> None:
+        """Start an empty batch of parsed ratings."""
         self.rows, self.cols, self.lines, self.values = array("q"), array("q"), array("q"), array("d")
 
     def add_first(self, first: tuple[int, list[str]] | None) -> list[str] | None:
@@ -91,28 +101,41 @@ class _RatingList:
         return None
 
     def add(self, fields: list[str], line: int) -> None:
-        """Append one rating line."""
+        """Append one rating line; a full batch is checked and spilled."""
         if len(fields) < 3 or not fields[0] or not fields[1]:
             raise InputError(at(self.path, line, f"expected user, item, rating; found {fields!r}"))
         self.values.append(parse_float(fields[2], "rating", self.path, line))
         self.rows.append(self.users.setdefault(fields[0], len(self.users)))
         self.cols.append(self.items.setdefault(fields[1], len(self.items)))
         self.lines.append(line)
+        if len(self.lines) >= self.BATCH:
+            self._spill()
 
-    def dense(self) -> tuple[np.ndarray, np.ndarray]:
-        """The user x item matrix (0 where unrated) and its mask, after checking the ratings."""
-        if not self.lines:
-            raise InputError(at(self.path, None, "no ratings (the file holds only a header)"))
+    def _spill(self) -> None:
+        """Check the batch's ratings and move them to the buckets."""
         rows, cols, lines, values = (np.frombuffer(a, dtype=a.typecode)
                                      for a in (self.rows, self.cols, self.lines, self.values))
         check_kind_values("real", values, lines, self.path)
+        self.buckets.add(rows, cols, values, lines)
+        self.count += len(lines)
+        self._batch()
+
+    def write(self, writer: DenseWriter) -> tuple[int, int]:
+        """Write the user x item matrix (0 where unrated) and its mask one bucket of users at a time,
+        refusing a repeated (user, item) pair; returns the shape."""
+        self._spill()
+        if not self.count:
+            raise InputError(at(self.path, None, "no ratings (the file holds only a header)"))
         users, items = list(self.users), list(self.items)
-        shape = (len(users), len(items))
-        X = dense_from_cells(shape, rows, cols, values, lines, self.path,
-                             lambda r, c: f"rating for user {users[r]!r} and item {items[c]!r}")
-        mask = np.zeros(shape, dtype=bool)
-        mask[rows, cols] = True
-        return X, mask
+        for r0, entries in self.buckets.buckets(len(users)):
+            shape = (min(r0 + self.buckets.bucket_rows, len(users)) - r0, len(items))
+            rows = entries["row"] - r0
+            X = dense_from_cells(shape, rows, entries["col"], entries["value"], entries["line"], self.path,
+                                 lambda r, c: f"rating for user {users[r + r0]!r} and item {items[c]!r}")
+            mask = np.zeros(shape, dtype=bool)
+            mask[rows, entries["col"]] = True
+            writer.add_rows(X, mask)
+        return writer.finish()
 
 
 def ingest_dense_ratings(path: PathLike, out: PathLike, sentinel: float = 99.0, first_column_count: bool = False,

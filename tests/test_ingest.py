@@ -167,6 +167,34 @@ def test_mtx_coordinate_fields(tmp_path: Path) -> None:
     np.testing.assert_array_equal(all_rows(ds), (real.toarray() != 0).astype(float))
 
 
+def shuffled_mtx(path: Path, X: sp.coo_matrix, field: str, seed: int) -> None:
+    """X as a coordinate Matrix Market file listing its entries in random order."""
+    order = np.random.default_rng(seed).permutation(X.nnz)
+    value = (lambda v: f" {int(v)}") if field == "integer" else (lambda v: f" {float(v)!r}")
+    body = "".join(f"{X.row[k] + 1} {X.col[k] + 1}{value(X.data[k])}\n" for k in order)
+    path.write_text(f"%%MatrixMarket matrix coordinate {field} general\n{X.shape[0]} {X.shape[1]} {X.nnz}\n{body}")
+
+
+@pytest.mark.parametrize("field, layout", [("integer", "csr"), ("real", "dense")])
+def test_mtx_in_any_order_is_assembled_bucket_by_bucket(tmp_path: Path, field: str, layout: str) -> None:
+    """Entries in random order, read in ~20-line blocks and spilled into 3-row buckets (``RowBuckets``),
+    give the matrix itself; a cell repeated in another block and bucket run is still named by its lines."""
+    X = sp.coo_matrix(random_counts(23, 11, 0.35, seed=5)) if field == "integer" else \
+        sp.random(23, 11, density=0.35, format="coo", random_state=5)
+    shuffled_mtx(tmp_path / "m.mtx", X, field, seed=6)
+    ds = ingest_mtx(tmp_path / "m.mtx", tmp_path / "store", rows_per_chunk=3, block_bytes=200)
+    assert ds.layout == layout
+    np.testing.assert_array_equal(all_rows(ds), X.toarray())
+
+    lines = (tmp_path / "m.mtx").read_text().splitlines()
+    n = len(lines) - 2
+    lines[1] = f"{X.shape[0]} {X.shape[1]} {n + 1}"
+    (tmp_path / "dup.mtx").write_text("\n".join(lines + [lines[3]]) + "\n")
+    with pytest.raises(InputError, match=f"line {n + 3}: duplicate entry .* \\(already on line 4\\)"):
+        ingest_mtx(tmp_path / "dup.mtx", tmp_path / "dup", rows_per_chunk=3, block_bytes=200)
+    assert not (tmp_path / "dup").exists()
+
+
 def test_mtx_array_format_is_column_major(tmp_path: Path) -> None:
     A = np.arange(12, dtype=float).reshape(3, 4) / 4
     scipy.io.mmwrite(tmp_path / "dense.mtx", A, field="real")
