@@ -14,6 +14,7 @@ or group (BLAS sums a padded product in a length-dependent order).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Callable
 
 import numpy as np
 import scipy.sparse as sp
@@ -200,9 +201,22 @@ def local_step(indptr: np.ndarray, indices: np.ndarray, counts: np.ndarray, view
                    t_final, ratio_final, sweeps, ws)
     S = np.zeros(view.exp_elog_beta.shape)
     if with_stats and len(indices):
-        R = sp.csr_matrix((ratio_final, indices, indptr), shape=(n_docs, view.exp_elog_beta.shape[0]))
-        S = view.exp_elog_beta * np.asarray(R.T @ t_final)
+        S = word_topic_stats(indptr, indices, ratio_final, t_final, view.exp_elog_beta)
     return LocalResult(a=a, S=S, theta_sum=(a / rate).sum(axis=0), sweeps=sweeps)
+
+
+def word_topic_stats(indptr: np.ndarray, indices: np.ndarray, ratio: np.ndarray, t: np.ndarray,
+                     exp_elog_beta: np.ndarray) -> np.ndarray:
+    """S_vk = sum_d X_dv p^(vd)_k with p^(vd)_k = exp_elog_beta_vk t_dk / normaliser (eq. 11.24, 11.25),
+    from ``ratio`` = X_dv / normaliser per nonzero and the document weights ``t`` (D x K)."""
+    R = sp.csr_matrix((ratio, indices, indptr), shape=(len(indptr) - 1, exp_elog_beta.shape[0]))
+    return exp_elog_beta * np.asarray(R.T @ t)
+
+
+def normalisers(indptr: np.ndarray, indices: np.ndarray, exp_elog_beta: np.ndarray, t: np.ndarray) -> np.ndarray:
+    """sum_k exp_elog_beta_vk t_dk per nonzero (d, v): the normaliser of p^(vd) (eq. 11.24)."""
+    rows = np.repeat(np.arange(len(indptr) - 1), np.diff(indptr))
+    return np.einsum("nk,nk->n", exp_elog_beta[indices], t[rows])
 
 
 def _extrapolate(x0: np.ndarray, x1: np.ndarray, x2: np.ndarray, floor: float, out: np.ndarray) -> None:
@@ -313,8 +327,7 @@ def local_elbo(indptr: np.ndarray, indices: np.ndarray, counts: np.ndarray, view
     """
     rate = theta_rate(view, hyper)
     elog_theta = digamma(a) - np.log(rate)
-    rows = np.repeat(np.arange(len(indptr) - 1), np.diff(indptr))
-    phi = np.einsum("nk,nk->n", view.exp_elog_beta[indices], np.exp(elog_theta)[rows])
+    phi = normalisers(indptr, indices, view.exp_elog_beta, np.exp(elog_theta))
     data = float(counts @ np.log(phi)) - float(view.beta_sum @ (a / rate).sum(axis=0)) \
         - float(gammaln(counts + 1).sum())
     return data + float(gamma_kl_terms(a, rate[None, :], hyper.a0, hyper.b0).sum())
@@ -371,35 +384,48 @@ def split_thirds(counts: np.ndarray, rng: np.random.Generator) -> np.ndarray:
     return rng.multinomial(counts.astype(np.int64), [1 / 3, 1 / 3, 1 / 3])
 
 
-def completion_loglik(indptr: np.ndarray, indices: np.ndarray, observed: np.ndarray,
-                      held: np.ndarray, view: TopicView, mean_beta: np.ndarray,
-                      hyper: Hyper, settings: LocalSettings) -> tuple[float, float]:
-    """Document completion (SPEC 4): fit theta on ``observed`` counts, score ``held`` counts.
+def completion_score(indptr: np.ndarray, indices: np.ndarray, held: np.ndarray, weights: np.ndarray,
+                     mean_beta: np.ndarray) -> tuple[float, float]:
+    """Score ``held`` counts by p(v | d) = sum_k E beta_vk W_dk / sum_v' sum_k E beta_v'k W_dk (SPEC 4).
 
-    Returns (sum of log p(word) over held-out tokens, number of held-out tokens), where
-    p(v | d) = sum_k E beta_vk E theta_kd / sum_v' sum_k E beta_v'k E theta_kd (means of q);
-    ``mean_beta`` is E beta = g / h.
+    ``weights`` W (D x K) are the document weights fitted on the observed counts (any positive
+    per-document scale); returns (sum of log p(word) over held-out tokens, held-out tokens).
     """
-    res = local_step(indptr, indices, observed, view, hyper, settings, with_stats=False)
-    mean_theta = res.a / theta_rate(view, hyper)
     rows = np.repeat(np.arange(len(indptr) - 1), np.diff(indptr))
-    rate = np.einsum("nk,nk->n", mean_beta[indices], mean_theta[rows])
-    total = mean_theta @ mean_beta.sum(axis=0)
+    rate = np.einsum("nk,nk->n", mean_beta[indices], weights[rows])
+    total = weights @ mean_beta.sum(axis=0)
     keep = held > 0
     ll = held[keep] @ (np.log(rate[keep]) - np.log(total[rows[keep]]))
     return float(ll), float(held.sum())
 
 
-def threefold_completion(indptr: np.ndarray, indices: np.ndarray, counts: np.ndarray,
-                         view: TopicView, mean_beta: np.ndarray, hyper: Hyper, settings: LocalSettings,
-                         rng: np.random.Generator) -> tuple[float, float]:
-    """Paper 002 section 11.6: split each document's tokens into thirds; predict each third
-    from the other two. Returns (summed log-likelihood, held-out tokens) over the three folds."""
+def completion_loglik(indptr: np.ndarray, indices: np.ndarray, observed: np.ndarray,
+                      held: np.ndarray, view: TopicView, mean_beta: np.ndarray,
+                      hyper: Hyper, settings: LocalSettings) -> tuple[float, float]:
+    """Document completion (SPEC 4): fit theta on ``observed`` counts, score ``held`` counts
+    with the means of q (``completion_score`` with W = E theta); ``mean_beta`` is E beta = g / h.
+    """
+    res = local_step(indptr, indices, observed, view, hyper, settings, with_stats=False)
+    return completion_score(indptr, indices, held, res.a / theta_rate(view, hyper), mean_beta)
+
+
+def thirds_loglik(counts: np.ndarray, rng: np.random.Generator,
+                  score_fold: Callable[[np.ndarray, np.ndarray], tuple[float, float]]) -> tuple[float, float]:
+    """Paper 002 section 11.6: split each document's tokens into thirds and predict each third
+    from the other two with ``score_fold(observed, held)``, which returns (log-likelihood, tokens).
+    Returns the sums over the three folds."""
     folds = split_thirds(counts, rng).astype(np.float64)
     ll = tokens = 0.0
     for f in range(3):
         held = folds[:, f]
-        part_ll, part_tokens = completion_loglik(indptr, indices, folds.sum(axis=1) - held, held, view,
-                                                 mean_beta, hyper, settings)
+        part_ll, part_tokens = score_fold(folds.sum(axis=1) - held, held)
         ll, tokens = ll + part_ll, tokens + part_tokens
     return ll, tokens
+
+
+def threefold_completion(indptr: np.ndarray, indices: np.ndarray, counts: np.ndarray,
+                         view: TopicView, mean_beta: np.ndarray, hyper: Hyper, settings: LocalSettings,
+                         rng: np.random.Generator) -> tuple[float, float]:
+    """Threefold document completion (``thirds_loglik``) for Bayesian NMF."""
+    return thirds_loglik(counts, rng, lambda observed, held: completion_loglik(
+        indptr, indices, observed, held, view, mean_beta, hyper, settings))

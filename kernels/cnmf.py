@@ -1,0 +1,299 @@
+"""Correlated NMF per-chunk mathematics: SPEC 3.6, paper 002 sections 11.3.2 and 11.5.
+
+X_dv ~ Poisson(sum_k beta_vk w_kd) with w_kd = exp(alpha_d + l_k . u_d). q(beta_vk) = Gamma(g_vk, h_vk)
+is Bayesian NMF's (``kernels.bnmf``: TopicView, batch and stochastic updates, its ELBO term);
+alpha_d, l_k (rows of L, K x m) and u_d (rows of U, D x m) are point estimates with
+l_k ~ N(0, sigma^2 I_m) and u_d ~ N(0, I_m).
+
+The objective batch inference ascends is the ELBO in beta plus the log joint in the point estimates,
+with the auxiliary p^(vd) of eq. (11.23) at its optimum:
+
+    F = sum_d f_d + sum_k ln N(l_k; 0, sigma^2 I_m) + sum_vk (E ln p(beta_vk) - E ln q(beta_vk)),
+    f_d = sum_v X_dv ln sum_k exp(E ln beta_vk + ln w_kd) - sum_k B_k w_kd - sum_v ln X_dv!
+          + ln N(u_d; 0, I_m),
+
+B_k = sum_v E beta_vk. alpha_d enters f_d at its maximiser (eq. 11.32), so f_d is a function of u_d:
+with c_d any shift and w'_kd = exp(l_k . u_d - c_d),
+
+    f_d(u_d) = sum_v X_dv ln sum_k exp(E ln beta_vk) w'_kd - N_d ln sum_k B_k w'_kd + N_d ln N_d - N_d + ...,
+
+N_d = sum_v X_dv. The local step works on a CSR chunk, all documents at once; every per-document
+quantity is computed with row-wise or stacked per-document products, so a document's numbers do
+not depend on the other documents of its chunk.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import scipy.sparse as sp
+from scipy.special import gammaln, xlogy
+
+from buffet.kernels import bnmf
+
+ARMIJO = 1e-4  # sufficient-increase constant of the backtracking line searches
+TOPIC_STEP_HALVINGS = 30  # candidate step sizes 1, 1/2, ..., 2^-30 of the batch l_k line search
+
+
+@dataclass(frozen=True)
+class Prior:
+    """l_k ~ N(0, sigma2 I_m), u_d ~ N(0, I_m) (SPEC 3.6; defaults m = 50, sigma^2 = 1/m)."""
+
+    n_dims: int = 50
+    sigma2: float = 1.0 / 50
+
+    @classmethod
+    def with_dims(cls, n_dims: int, sigma2: float | None = None) -> "Prior":
+        """The SPEC default sigma^2 = 1/m unless ``sigma2`` is given."""
+        return cls(n_dims, 1.0 / n_dims if sigma2 is None else sigma2)
+
+
+@dataclass(frozen=True)
+class LocalSettings:
+    """Newton iteration of the local step: a document stops when its step moved u_d by less than
+    ``tol`` (max norm), when the line search finds no increase, or after ``max_steps`` steps."""
+
+    tol: float = 1e-6
+    max_steps: int = 50
+    max_halvings: int = 30
+
+
+@dataclass
+class LocalResult:
+    """A chunk's locals and statistics: the sums over its documents that the global step needs."""
+
+    u: np.ndarray        # (n, m) document locations
+    alpha: np.ndarray    # (n,) ln N_d - ln sum_k B_k exp(l_k . u_d) (eq. 11.32); -inf for empty documents
+    S: np.ndarray        # (V, K) sum_d X_dv p_k^(vd)
+    w_sum: np.ndarray    # (K,) sum_d w_kd
+    nu: np.ndarray       # (K, m) sum_d n_kd u_d
+    wu: np.ndarray       # (K, m) sum_d w_kd u_d
+    wuu: np.ndarray      # (K, m, m) sum_d w_kd u_d u_d^T
+    steps: np.ndarray    # (n,) Newton steps each document used
+
+
+@dataclass
+class _DocState:
+    """Per-document quantities at the current u, p^(vd) and alpha_d at their optima."""
+
+    f: np.ndarray       # (n,) f_d(u_d)
+    scaled: np.ndarray  # (n, K) w'_kd = exp(l_k . u_d - max_j l_j . u_d)
+    ratio: np.ndarray   # (nnz,) X_dv / sum_k exp(E ln beta_vk) w'_kd
+    w: np.ndarray       # (n, K) w_kd
+    n: np.ndarray       # (n, K) n_kd = sum_v X_dv p_k^(vd)
+
+
+def _rowsum(indptr: np.ndarray, values: np.ndarray) -> np.ndarray:
+    """Per-document sums of per-nonzero ``values`` (sequential within each row)."""
+    rows = np.repeat(np.arange(len(indptr) - 1), np.diff(indptr))
+    return np.bincount(rows, weights=values, minlength=len(indptr) - 1)
+
+
+def _per_doc(a: np.ndarray, M: np.ndarray) -> np.ndarray:
+    """Row d of ``a`` times ``M``, one product per document (stacked, so rows stay independent)."""
+    return np.matmul(a[:, None, :], M)[:, 0, :]
+
+
+def _doc_state(indptr: np.ndarray, indices: np.ndarray, counts: np.ndarray, view: bnmf.TopicView,
+               L: np.ndarray, U: np.ndarray, with_p: bool = True) -> _DocState:
+    """f_d(u_d) (module docstring) and, with ``with_p``, alpha_d (eq. 11.32), w_kd and n_kd with p^(vd)
+    as in Bayesian NMF with E ln theta replaced by ln w (SPEC 3.6)."""
+    z = _per_doc(U, L.T)
+    scaled = np.exp(z - z.max(axis=1, keepdims=True, initial=-np.inf))
+    phi = bnmf.normalisers(indptr, indices, view.exp_elog_beta, scaled)
+    length = _rowsum(indptr, counts)
+    mass = scaled @ view.beta_sum
+    f = (_rowsum(indptr, xlogy(counts, phi)) - length * np.log(mass) + xlogy(length, length) - length
+         - _rowsum(indptr, gammaln(counts + 1.0)) - 0.5 * np.einsum("nm,nm->n", U, U)
+         - 0.5 * U.shape[1] * np.log(2 * np.pi))
+    if not with_p:
+        return _DocState(f, scaled, phi, np.empty(0), np.empty(0))
+    ratio = counts / phi
+    R = sp.csr_matrix((ratio, indices, indptr), shape=(len(length), view.exp_elog_beta.shape[0]))
+    n = scaled * np.asarray(R @ view.exp_elog_beta)
+    w = (length / mass)[:, None] * scaled
+    return _DocState(f, scaled, ratio, w, n)
+
+
+def alpha_of(indptr: np.ndarray, counts: np.ndarray, view: bnmf.TopicView, L: np.ndarray,
+             U: np.ndarray) -> np.ndarray:
+    """alpha_d = ln sum_v X_dv - ln sum_k B_k exp(l_k . u_d) (eq. 11.32); -inf for empty documents."""
+    z = _per_doc(U, L.T)
+    top = z.max(axis=1, initial=-np.inf)
+    with np.errstate(divide="ignore"):
+        return np.log(_rowsum(indptr, counts)) - top - np.log(np.exp(z - top[:, None]) @ view.beta_sum)
+
+
+def doc_gradient(state: _DocState, view: bnmf.TopicView, L: np.ndarray, U: np.ndarray) -> np.ndarray:
+    """grad_u f_d = sum_k (n_kd - B_k w_kd) l_k - u_d (eq. 11.31), per document."""
+    return _per_doc(state.n - view.beta_sum * state.w, L) - U
+
+
+def doc_precision(state: _DocState, view: bnmf.TopicView, L: np.ndarray) -> np.ndarray:
+    """sum_k B_k w_kd l_k l_k^T + I, minus the Hessian in u_d of the bound at fixed p^(vd), alpha_d."""
+    weighted = (view.beta_sum * state.w)[:, None, :] * L.T[None, :, :]
+    return np.matmul(weighted, L) + np.eye(L.shape[1])
+
+
+def _sub(indptr: np.ndarray, indices: np.ndarray, counts: np.ndarray,
+         docs: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The CSR arrays of the documents ``docs`` (in that order)."""
+    X = sp.csr_matrix((counts, indices, indptr), shape=(len(indptr) - 1, int(indices.max(initial=0)) + 1))[docs]
+    return X.indptr, X.indices, X.data
+
+
+def newton_step(indptr: np.ndarray, indices: np.ndarray, counts: np.ndarray, view: bnmf.TopicView,
+                L: np.ndarray, U: np.ndarray, state: _DocState,
+                max_halvings: int) -> tuple[np.ndarray, np.ndarray]:
+    """One Newton step on every u_d with a backtracking (Armijo) line search on f_d (SPEC 3.6).
+
+    The direction H^-1 g uses the gradient of f_d (``doc_gradient``, exact since p^(vd) and alpha_d
+    are at their optima) and the positive definite ``doc_precision``; the step is halved until f_d
+    rises by ARMIJO x step x g.direction, and a document with no such step stays where it is.
+    Returns the new locations and their f_d.
+    """
+    grad = doc_gradient(state, view, L, U)
+    direction = np.linalg.solve(doc_precision(state, view, L), grad[:, :, None])[:, :, 0]
+    slope = np.einsum("nm,nm->n", grad, direction)
+    step, f_new = np.zeros(len(U)), state.f.copy()
+    pending, size = np.arange(len(U)), 1.0
+    for _ in range(max_halvings + 1):
+        if not len(pending):
+            break
+        trial = U[pending] + size * direction[pending]
+        f_trial = _doc_state(*_sub(indptr, indices, counts, pending), view, L, trial, with_p=False).f
+        ok = f_trial >= state.f[pending] + ARMIJO * size * slope[pending]
+        step[pending[ok]], f_new[pending[ok]] = size, f_trial[ok]
+        pending, size = pending[~ok], size / 2
+    return U + step[:, None] * direction, f_new
+
+
+def local_step(indptr: np.ndarray, indices: np.ndarray, counts: np.ndarray, view: bnmf.TopicView,
+               L: np.ndarray, settings: LocalSettings = LocalSettings(), u_start: np.ndarray | None = None,
+               with_stats: bool = True) -> LocalResult:
+    """Fit u_d (Newton steps with line search, ``newton_step``), alpha_d and p^(vd) for every document
+    of a CSR chunk with beta and L fixed (SPEC 3.6), starting from ``u_start`` or zero.
+
+    The statistics use p^(vd) and alpha_d at the returned u, so they belong to the returned locals.
+    """
+    n_docs, m = len(indptr) - 1, L.shape[1]
+    U = np.zeros((n_docs, m)) if u_start is None else u_start.copy()
+    steps = np.zeros(n_docs, dtype=np.int64)
+    live = np.arange(n_docs)
+    for _ in range(settings.max_steps):
+        if not len(live):
+            break
+        sub = _sub(indptr, indices, counts, live)
+        state = _doc_state(*sub, view, L, U[live])
+        new, _ = newton_step(*sub, view, L, U[live], state, settings.max_halvings)
+        moved = np.abs(new - U[live]).max(axis=1, initial=0.0)
+        U[live] = new
+        steps[live] += 1
+        live = live[moved >= settings.tol]
+    alpha = alpha_of(indptr, counts, view, L, U)
+    K = L.shape[0]
+    if not with_stats:
+        return LocalResult(U, alpha, np.zeros(0), np.zeros(K), np.zeros((K, m)), np.zeros((K, m)),
+                           np.zeros((K, m, m)), steps)
+    state = _doc_state(indptr, indices, counts, view, L, U)
+    S = bnmf.word_topic_stats(indptr, indices, state.ratio, state.scaled, view.exp_elog_beta)
+    return LocalResult(U, alpha, S, state.w.sum(axis=0), state.n.T @ U, state.w.T @ U,
+                       np.matmul(state.w.T[:, None, :] * U.T[None], U), steps)
+
+
+def local_objective(indptr: np.ndarray, indices: np.ndarray, counts: np.ndarray, view: bnmf.TopicView,
+                    L: np.ndarray, U: np.ndarray) -> float:
+    """sum_d f_d(u_d) over a chunk (module docstring), alpha_d and p^(vd) at their optima."""
+    return float(_doc_state(indptr, indices, counts, view, L, U, with_p=False).f.sum())
+
+
+def topic_prior(L: np.ndarray, prior: Prior) -> float:
+    """sum_k ln N(l_k; 0, sigma^2 I_m)."""
+    return float(-0.5 * (L * L).sum() / prior.sigma2 - 0.5 * L.size * np.log(2 * np.pi * prior.sigma2))
+
+
+def topic_gradient(L: np.ndarray, nu: np.ndarray, wu: np.ndarray, beta_sum: np.ndarray, prior: Prior,
+                   scale: float = 1.0) -> np.ndarray:
+    """grad_l_k = scale sum_d (n_kd - B_k w_kd) u_d - l_k / sigma^2 (eq. 11.30; scale = D/|C_t| in SVI)."""
+    return scale * (nu - beta_sum[:, None] * wu) - L / prior.sigma2
+
+
+def topic_precision(wuu: np.ndarray, beta_sum: np.ndarray, prior: Prior, scale: float = 1.0) -> np.ndarray:
+    """G_k^-1 = I / sigma^2 + scale sum_d B_k w_kd u_d u_d^T, block-diagonal per topic (eq. 11.35)."""
+    return scale * beta_sum[:, None, None] * wuu + np.eye(wuu.shape[1]) / prior.sigma2
+
+
+def topic_direction(L: np.ndarray, res: LocalResult, beta_sum: np.ndarray, prior: Prior,
+                    scale: float = 1.0) -> tuple[np.ndarray, np.ndarray]:
+    """The Newton direction G_k grad_l_k of every topic (eq. 11.35) and the gradient."""
+    grad = topic_gradient(L, res.nu, res.wu, beta_sum, prior, scale)
+    return np.linalg.solve(topic_precision(res.wuu, beta_sum, prior, scale), grad[:, :, None])[:, :, 0], grad
+
+
+def stochastic_topic_step(L: np.ndarray, res: LocalResult, beta_sum: np.ndarray, prior: Prior,
+                          scale: float, rho: float) -> np.ndarray:
+    """l_k <- l_k + rho_t G_k grad_l_k with minibatch sums scaled by D/|C_t| (eq. 11.35)."""
+    direction, _ = topic_direction(L, res, beta_sum, prior, scale)
+    return L + rho * direction
+
+
+def step_sizes() -> np.ndarray:
+    """Candidate sizes 1, 1/2, ..., 2^-TOPIC_STEP_HALVINGS of the batch l_k line search."""
+    return 0.5 ** np.arange(TOPIC_STEP_HALVINGS + 1)
+
+
+def candidate_exp_sums(U: np.ndarray, alpha: np.ndarray, L: np.ndarray, direction: np.ndarray) -> np.ndarray:
+    """sum_d exp(alpha_d + (l_k + s dir_k) . u_d) for every candidate size s (``step_sizes``): (J, K).
+
+    A chunk's part of the l_k line search; empty documents (alpha_d = -inf) add nothing."""
+    keep = np.isfinite(alpha)
+    U, alpha = U[keep], alpha[keep]
+    trial = L[None] + step_sizes()[:, None, None] * direction[None]
+    return np.exp(alpha[None, :, None] + np.einsum("dm,jkm->jdk", U, trial)).sum(axis=1)
+
+
+def topic_objective(L: np.ndarray, nu: np.ndarray, exp_sum: np.ndarray, beta_sum: np.ndarray,
+                    prior: Prior) -> np.ndarray:
+    """Per topic, the terms of the bound that depend on l_k with p^(vd), u, alpha fixed:
+    l_k . sum_d n_kd u_d - B_k sum_d exp(alpha_d + l_k . u_d) - |l_k|^2 / (2 sigma^2)."""
+    return np.einsum("...km,km->...k", L, nu) - beta_sum * exp_sum - 0.5 * (L * L).sum(axis=-1) / prior.sigma2
+
+
+def batch_topic_step(L: np.ndarray, res: LocalResult, direction: np.ndarray, grad: np.ndarray,
+                     exp_sums: np.ndarray, beta_sum: np.ndarray, prior: Prior) -> np.ndarray:
+    """Batch l_k update: the Newton step (eq. 11.35, scale 1) of the largest candidate size that raises
+    ``topic_objective`` by ARMIJO x s x grad.direction, per topic; no move where none does.
+
+    ``exp_sums`` are the corpus sums of ``candidate_exp_sums``; res.w_sum is the sum at s = 0."""
+    sizes = step_sizes()
+    trial = L[None] + sizes[:, None, None] * direction[None]
+    now = topic_objective(L, res.nu, res.w_sum, beta_sum, prior)
+    gain = topic_objective(trial, res.nu, exp_sums, beta_sum, prior) - now
+    ok = gain >= ARMIJO * sizes[:, None] * np.einsum("km,km->k", grad, direction)[None]
+    size = np.where(ok.any(axis=0), sizes[np.argmax(ok, axis=0)], 0.0)
+    return L + size[:, None] * direction
+
+
+def initial_topics(n_topics: int, prior: Prior, rng: np.random.Generator) -> np.ndarray:
+    """l_k drawn from its prior N(0, sigma^2 I_m)."""
+    return rng.normal(0.0, np.sqrt(prior.sigma2), size=(n_topics, prior.n_dims))
+
+
+def correlation(L: np.ndarray) -> np.ndarray:
+    """Topic correlations corr(i, j) = l_i . l_j / (|l_i| |l_j|) (SPEC 3.6)."""
+    unit = L / np.linalg.norm(L, axis=1, keepdims=True)
+    return unit @ unit.T
+
+
+def threefold_completion(indptr: np.ndarray, indices: np.ndarray, counts: np.ndarray, view: bnmf.TopicView,
+                         mean_beta: np.ndarray, L: np.ndarray, settings: LocalSettings,
+                         rng: np.random.Generator) -> tuple[float, float]:
+    """Document completion by thirds (SPEC 4, ``bnmf.thirds_loglik``): u_d fitted on two thirds,
+    the third scored with weights exp(l_k . u_d) (alpha_d cancels in p(v | d))."""
+    def score(observed: np.ndarray, held: np.ndarray) -> tuple[float, float]:
+        fit = local_step(indptr, indices, observed, view, L, settings, with_stats=False)
+        z = _per_doc(fit.u, L.T)
+        weights = np.exp(z - z.max(axis=1, keepdims=True, initial=-np.inf))
+        return bnmf.completion_score(indptr, indices, held, weights, mean_beta)
+    return bnmf.thirds_loglik(counts, rng, score)
