@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
+from typing import ClassVar
 from pathlib import Path
 
 import numpy as np
@@ -105,12 +106,12 @@ def completion_task(rows: CSRRows, seed: int, block: int, view: bnmf.TopicView, 
     return {"ll": ll, "tokens": tokens}
 
 
-def write_locals_task(a: np.ndarray, path: str, r0: int, r1: int, held_out: np.ndarray) -> None:
-    zarr.open_array(f"{path}/a", mode="r+").oindex[r0 + kept_rows(r0, r1, held_out), :] = a
+def write_locals_task(a: np.ndarray, path: str, r0: int, r1: int, held_out: np.ndarray, name: str = "a") -> None:
+    zarr.open_array(f"{path}/{name}", mode="r+").oindex[r0 + kept_rows(r0, r1, held_out), :] = a
 
 
-def read_locals_task(path: str, r0: int, r1: int, held_out: np.ndarray) -> np.ndarray:
-    return np.asarray(zarr.open_array(f"{path}/a", mode="r").oindex[r0 + kept_rows(r0, r1, held_out), :])
+def read_locals_task(path: str, r0: int, r1: int, held_out: np.ndarray, name: str = "a") -> np.ndarray:
+    return np.asarray(zarr.open_array(f"{path}/{name}", mode="r").oindex[r0 + kept_rows(r0, r1, held_out), :])
 
 
 # ----- the driver -----
@@ -131,14 +132,14 @@ class Corpus:
         return self.n_rows - len(self.held_out)
 
 
-def corpus_from_source(source: Source, split: str | None) -> Corpus:
-    """Describe a source for a fit; refuses data a count model cannot take (SPEC 1)."""
+def corpus_from_source(source: Source, split: str | None, model: str = "Bayesian NMF") -> Corpus:
+    """Describe a source for a fit of ``model``; refuses data a count model cannot take (SPEC 1)."""
     src = resolve(source)
     held = np.zeros(0, dtype=np.int64)
     vocab = None
     if isinstance(source, str):
         if src.layout != "csr" or src.kind != "counts":
-            raise UserError(f"{source}: Bayesian NMF needs a counts dataset in CSR layout "
+            raise UserError(f"{source}: {model} needs a counts dataset in CSR layout "
                             f"(this one is {src.kind}, {src.layout})")
         if split and split in src.split_names():
             held = np.asarray(src.split(split).get("test_rows", held), dtype=np.int64)
@@ -146,7 +147,7 @@ def corpus_from_source(source: Source, split: str | None) -> Corpus:
         total = src.total()
     else:
         if src.layout != "csr":
-            raise UserError("Bayesian NMF needs a sparse count matrix")
+            raise UserError(f"{model} needs a sparse count matrix")
         total = float(src.X.sum())
     if src.n_rows - len(held) < 1:
         raise UserError("no training documents left after the held-out split")
@@ -164,6 +165,7 @@ class BNMFDriver:
     h: np.ndarray | None = None
     docs_seen: int = 0
     label: str = "bnmf"
+    local_name: ClassVar[str] = "a"
     _blocks: list = field(default_factory=list)
     _states: list = field(default_factory=list)
     _eval: list = field(default_factory=list)
@@ -187,13 +189,26 @@ class BNMFDriver:
             self._states = [None] * len(self._blocks)
 
     def restore(self, arrays: dict, folder: Path) -> None:
-        self.g, self.h, self.docs_seen = arrays["g"], arrays["h"], int(arrays["docs_seen"])
+        self.set_globals(arrays)
         if self.config.mode == "batch":
             self._load_batch_blocks()
             path = str(folder / "locals.zarr")
-            self._states = [self.executor.submit(read_locals_task, path, r0, r1, self.corpus.held_out)
+            self._states = [self.executor.submit(read_locals_task, path, r0, r1, self.corpus.held_out,
+                                                 self.local_name)
                             for r0, r1 in self.ranges] if (folder / "locals.zarr").exists() else \
                 [None] * len(self._blocks)
+
+    def set_globals(self, arrays: dict) -> None:
+        """Globals from a checkpoint (``global_arrays``)."""
+        self.g, self.h, self.docs_seen = arrays["g"], arrays["h"], int(arrays["docs_seen"])
+
+    def global_arrays(self) -> dict[str, np.ndarray]:
+        """What a checkpoint keeps besides the row-local state."""
+        return {"g": self.g, "h": self.h, "docs_seen": np.array(self.docs_seen)}
+
+    def local_width(self) -> int:
+        """Columns of the row-local state kept between batch iterations (q(theta) shapes)."""
+        return self.config.n_topics
 
     def _load_batch_blocks(self) -> None:
         self._blocks = [self.executor.submit(read_block, self.corpus.source, r0, r1, self.corpus.held_out)
@@ -291,9 +306,10 @@ class BNMFDriver:
     def save(self, run: RunStore, step: int, trace: list[dict]) -> None:
         folder = run.new_checkpoint_dir(step)
         if self.config.mode == "batch" and self._states and self._states[0] is not None:
-            path = run.locals_array(folder, "a", (self.corpus.n_rows, self.config.n_topics),
-                                    (self.config.chunk_rows, self.config.n_topics))
-            self.executor.gather([self.executor.submit(write_locals_task, a, path, r0, r1, self.corpus.held_out)
+            width = self.local_width()
+            path = run.locals_array(folder, self.local_name, (self.corpus.n_rows, width),
+                                    (self.config.chunk_rows, width))
+            self.executor.gather([self.executor.submit(write_locals_task, a, path, r0, r1, self.corpus.held_out,
+                                                       self.local_name)
                                   for a, (r0, r1) in zip(self._states, self.ranges)])
-        run.commit_checkpoint(folder, step, {"g": self.g, "h": self.h, "docs_seen": np.array(self.docs_seen)},
-                              {"trace": trace})
+        run.commit_checkpoint(folder, step, self.global_arrays(), {"trace": trace})
