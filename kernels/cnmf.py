@@ -25,6 +25,7 @@ not depend on the other documents of its chunk.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Mapping
 
 import numpy as np
 import scipy.sparse as sp
@@ -34,6 +35,7 @@ from buffet.kernels import bnmf
 
 ARMIJO = 1e-4  # sufficient-increase constant of the backtracking line searches
 TOPIC_STEP_HALVINGS = 30  # candidate step sizes 1, 1/2, ..., 2^-30 of the batch l_k line search
+Stats = Mapping[str, np.ndarray]  # summed LocalResult.statistics()
 
 
 @dataclass(frozen=True)
@@ -71,6 +73,10 @@ class LocalResult:
     wu: np.ndarray       # (K, m) sum_d w_kd u_d
     wuu: np.ndarray      # (K, m, m) sum_d w_kd u_d u_d^T
     steps: np.ndarray    # (n,) Newton steps each document used
+
+    def statistics(self) -> dict[str, np.ndarray]:
+        """The chunk's sums, keyed as the global updates take them (summed over chunks by the engine)."""
+        return {"S": self.S, "w_sum": self.w_sum, "nu": self.nu, "wu": self.wu, "wuu": self.wuu}
 
 
 @dataclass
@@ -224,17 +230,18 @@ def topic_precision(wuu: np.ndarray, beta_sum: np.ndarray, prior: Prior, scale: 
     return scale * beta_sum[:, None, None] * wuu + np.eye(wuu.shape[1]) / prior.sigma2
 
 
-def topic_direction(L: np.ndarray, res: LocalResult, beta_sum: np.ndarray, prior: Prior,
+def topic_direction(L: np.ndarray, stats: Stats, beta_sum: np.ndarray, prior: Prior,
                     scale: float = 1.0) -> tuple[np.ndarray, np.ndarray]:
-    """The Newton direction G_k grad_l_k of every topic (eq. 11.35) and the gradient."""
-    grad = topic_gradient(L, res.nu, res.wu, beta_sum, prior, scale)
-    return np.linalg.solve(topic_precision(res.wuu, beta_sum, prior, scale), grad[:, :, None])[:, :, 0], grad
+    """The Newton direction G_k grad_l_k of every topic (eq. 11.35) and the gradient, from the summed
+    ``LocalResult.statistics``."""
+    grad = topic_gradient(L, stats["nu"], stats["wu"], beta_sum, prior, scale)
+    return np.linalg.solve(topic_precision(stats["wuu"], beta_sum, prior, scale), grad[:, :, None])[:, :, 0], grad
 
 
-def stochastic_topic_step(L: np.ndarray, res: LocalResult, beta_sum: np.ndarray, prior: Prior,
+def stochastic_topic_step(L: np.ndarray, stats: Stats, beta_sum: np.ndarray, prior: Prior,
                           scale: float, rho: float) -> np.ndarray:
     """l_k <- l_k + rho_t G_k grad_l_k with minibatch sums scaled by D/|C_t| (eq. 11.35)."""
-    direction, _ = topic_direction(L, res, beta_sum, prior, scale)
+    direction, _ = topic_direction(L, stats, beta_sum, prior, scale)
     return L + rho * direction
 
 
@@ -260,16 +267,16 @@ def topic_objective(L: np.ndarray, nu: np.ndarray, exp_sum: np.ndarray, beta_sum
     return np.einsum("...km,km->...k", L, nu) - beta_sum * exp_sum - 0.5 * (L * L).sum(axis=-1) / prior.sigma2
 
 
-def batch_topic_step(L: np.ndarray, res: LocalResult, direction: np.ndarray, grad: np.ndarray,
+def batch_topic_step(L: np.ndarray, stats: Stats, direction: np.ndarray, grad: np.ndarray,
                      exp_sums: np.ndarray, beta_sum: np.ndarray, prior: Prior) -> np.ndarray:
     """Batch l_k update: the Newton step (eq. 11.35, scale 1) of the largest candidate size that raises
     ``topic_objective`` by ARMIJO x s x grad.direction, per topic; no move where none does.
 
-    ``exp_sums`` are the corpus sums of ``candidate_exp_sums``; res.w_sum is the sum at s = 0."""
+    ``exp_sums`` are the corpus sums of ``candidate_exp_sums``; stats["w_sum"] is the sum at s = 0."""
     sizes = step_sizes()
     trial = L[None] + sizes[:, None, None] * direction[None]
-    now = topic_objective(L, res.nu, res.w_sum, beta_sum, prior)
-    gain = topic_objective(trial, res.nu, exp_sums, beta_sum, prior) - now
+    now = topic_objective(L, stats["nu"], stats["w_sum"], beta_sum, prior)
+    gain = topic_objective(trial, stats["nu"], exp_sums, beta_sum, prior) - now
     ok = gain >= ARMIJO * sizes[:, None] * np.einsum("km,km->k", grad, direction)[None]
     size = np.where(ok.any(axis=0), sizes[np.argmax(ok, axis=0)], 0.0)
     return L + size[:, None] * direction

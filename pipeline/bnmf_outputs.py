@@ -45,12 +45,17 @@ def _vocab(run: RunStore) -> list[str] | None:
 
 def evaluate(run: RunStore, executor: Executor) -> dict:
     """Held-out per-word log likelihood on all documents of the stored split (SPEC 4)."""
+    return evaluate_topic_model(run, executor, "bnmf", spec)
+
+
+def evaluate_topic_model(run: RunStore, executor: Executor, model: str, model_spec: ModelSpec) -> dict:
+    """``evaluate`` for a topic model whose driver scores held-out documents (``heldout_loglik``)."""
     arrays, state, _ = run.load_checkpoint()
-    config = config_from(spec, run.params)
-    driver = make_driver(replace(config, eval_docs=np.iinfo(np.int32).max), run.meta["dataset"], executor)
-    driver.g, driver.h = arrays["g"], arrays["h"]
+    config = config_from(model_spec, run.params)
+    driver = model_spec.make_driver(replace(config, eval_docs=np.iinfo(np.int32).max), run.meta["dataset"], executor)
+    driver.set_globals(arrays)
     trace = state["trace"]
-    out = {"model": "bnmf", "run": str(run.path), "status": run.status, "steps": state["step"],
+    out = {"model": model, "run": str(run.path), "status": run.status, "steps": state["step"],
            "n_topics": config.n_topics, "mode": config.mode,
            "docs_seen": trace[-1]["docs_seen"] if trace else 0,
            "heldout_docs": int(len(driver.corpus.held_out)),

@@ -88,3 +88,14 @@ def feature_usage(usage: np.ndarray, path: Path) -> Path:
     ax.set_ylabel("mean E[z_ik]")
     ax.set_ylim(0, 1)
     return save_figure(fig, path)
+
+
+def correlation_map(corr: np.ndarray, path: Path) -> Path:
+    """A K x K correlation matrix as a heat map on a fixed [-1, 1] colour scale."""
+    fig, ax = plt.subplots(figsize=(6, 5))
+    image = ax.imshow(corr, cmap="RdBu_r", vmin=-1.0, vmax=1.0)
+    fig.colorbar(image, ax=ax, label="correlation")
+    ax.set_xlabel("topic")
+    ax.set_ylabel("topic")
+    ax.set_title("topic correlations")
+    return save_figure(fig, path)

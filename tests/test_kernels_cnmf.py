@@ -152,17 +152,17 @@ def test_topic_gradient_equals_finite_differences_and_batch_step_ascends():
         P = view.exp_elog_beta[idx] * np.exp(L @ res.u[d])
         P_all.append(P / P.sum(axis=1, keepdims=True))
     objective = lambda M: _global_objective(X, view, M, res.u, res.alpha, P_all, prior)  # noqa: E731
-    direction, grad = cnmf.topic_direction(L, res, view.beta_sum, prior)
+    direction, grad = cnmf.topic_direction(L, res.statistics(), view.beta_sum, prior)
     eps = 1e-6
     for k, j in [(0, 0), (1, 2), (3, 1)]:
         E = np.zeros_like(L)
         E[k, j] = eps
         np.testing.assert_allclose(grad[k, j], (objective(L + E) - objective(L - E)) / (2 * eps), rtol=1e-6, atol=1e-5)
     sums = cnmf.candidate_exp_sums(res.u, res.alpha, L, direction)
-    new = cnmf.batch_topic_step(L, res, direction, grad, sums, view.beta_sum, prior)
+    new = cnmf.batch_topic_step(L, res.statistics(), direction, grad, sums, view.beta_sum, prior)
     assert objective(new) > objective(L)
     # with a scale of 1 and rho = 1 the stochastic step is the full Newton step
-    np.testing.assert_allclose(cnmf.stochastic_topic_step(L, res, view.beta_sum, prior, 1.0, 1.0), L + direction)
+    np.testing.assert_allclose(cnmf.stochastic_topic_step(L, res.statistics(), view.beta_sum, prior, 1.0, 1.0), L + direction)
 
 
 def test_each_newton_step_does_not_decrease_the_document_objective():
@@ -190,9 +190,9 @@ def _batch_objectives(X, n_topics, m, n_iter, seed=0, settings=cnmf.LocalSetting
         U = res.u
         g, h = bnmf.batch_update(res.S, res.w_sum, hyper)
         beta_sum = (g / h).sum(axis=0)
-        direction, grad = cnmf.topic_direction(L, res, beta_sum, prior)
+        direction, grad = cnmf.topic_direction(L, res.statistics(), beta_sum, prior)
         sums = cnmf.candidate_exp_sums(U, res.alpha, L, direction)
-        L = cnmf.batch_topic_step(L, res, direction, grad, sums, beta_sum, prior)
+        L = cnmf.batch_topic_step(L, res.statistics(), direction, grad, sums, beta_sum, prior)
         view = bnmf.TopicView.from_params(g, h)
         trace.append(cnmf.local_objective(X.indptr, X.indices, X.data, view, L, U)
                      + cnmf.topic_prior(L, prior) + bnmf.global_elbo(g, h, hyper))

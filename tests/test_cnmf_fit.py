@@ -1,0 +1,84 @@
+"""Correlated NMF through the engine and the command line (SPEC 3.6): resume, determinism across
+workers and chunkings, outputs, refusal of data that are not counts."""
+
+import json
+
+import numpy as np
+import pytest
+
+from buffet.data.arrays import from_array
+from buffet.data.splits import add_split, holdout_rows
+from buffet.pipeline.cnmf import CNMFConfig
+from buffet.pipeline.executors import SyncExecutor
+from buffet.pipeline.runs import fit_run, resume_run
+from buffet.pipeline.runstore import RunStore
+from test_cli_bnmf import buffet, exported
+from test_kernels_cnmf import cnmf_corpus
+
+
+@pytest.fixture(scope="module")
+def cnmf_store(tmp_path_factory):
+    """600 documents from correlated NMF (K = 4, m = 2), 10% held out, with a vocabulary."""
+    rng = np.random.default_rng(11)
+    X, _ = cnmf_corpus(600, 80, np.array([[2.0, 0.0], [1.8, 0.5], [-2.0, 0.0], [-1.8, -0.5]]), rng, length=40)
+    path = tmp_path_factory.mktemp("cnmf") / "corpus.zarr"
+    ds = from_array(X, path, "counts", rows_per_chunk=128, vocab=[f"term{v}" for v in range(80)])
+    add_split(ds, "heldout", {"test_rows": holdout_rows(ds.n_rows, 0.1, 0)}, {"kind": "rows"})
+    return str(path)
+
+
+@pytest.mark.parametrize("mode", ["batch", "svi"])
+def test_resumed_run_ends_like_an_uninterrupted_run(tmp_path, cnmf_store, mode):
+    config = CNMFConfig(n_topics=4, n_dims=2, mode=mode, batch_size=200, passes=2, max_iter=6, tol=0.0,
+                        chunk_rows=150, checkpoint_every=2, eval_every=3)
+    whole = fit_run("cnmf", cnmf_store, tmp_path / "whole", config, SyncExecutor(), quiet=True)
+    part = fit_run("cnmf", cnmf_store, tmp_path / "part", config, SyncExecutor(), stop_after=3, quiet=True)
+    assert RunStore(part.path).status == "interrupted"
+    resumed = resume_run(str(part.path), SyncExecutor(), quiet=True)
+    (a1, s1, _), (a2, s2, _) = whole.load_checkpoint(), resumed.load_checkpoint()
+    for name in ("g", "h", "L"):
+        np.testing.assert_allclose(a1[name], a2[name], rtol=1e-12, atol=1e-12)
+    assert [r["step"] for r in s1["trace"]] == [r["step"] for r in s2["trace"]] == list(range(1, 7))
+    if mode == "batch":
+        objective = np.array([r["elbo"] for r in s1["trace"]])
+        assert (np.diff(objective) >= -1e-9 * np.abs(objective[1:])).all()
+
+
+def test_cli_fit_evaluate_export_report_and_determinism(tmp_path, cnmf_store):
+    """fit (SVI) on 2 workers, evaluate, export, report; the same seed on 1 worker with another row
+    chunking gives the same topics, locations and scores."""
+    common = ["--k", 4, "--n-dims", 2, "--batch-size", 150, "--passes", 2, "--seed", 3, "--eval-every", 4, "--quiet"]
+    fit = buffet("fit", "cnmf", cnmf_store, "--out", tmp_path / "run", "--workers", 2, "--chunk-rows", 100, *common)
+    assert "finished" in fit.stdout
+    result = json.loads(buffet("evaluate", tmp_path / "run", "--json", "--workers", 1, "--quiet").stdout)
+    assert result["model"] == "cnmf" and result["heldout_docs"] == 60 and result["steps"] == 8
+    assert -np.log(80) < result["heldout_loglik_per_word"] < 0  # better than uniform over words
+    arrays = exported(tmp_path / "run", tmp_path / "fit.npz")
+    assert arrays["correlation"].shape == (4, 4) and arrays["L"].shape == (4, 2) and arrays["u"].shape == (600, 2)
+    np.testing.assert_allclose(np.diag(arrays["correlation"]), 1.0)
+    np.testing.assert_allclose(arrays["topic_word"].sum(axis=1), 1.0)
+    assert arrays["vocab"][0] == "term0" and len(arrays["trace_step"]) == 8
+    files = buffet("report", tmp_path / "run", "--out", tmp_path / "report").stdout.split()
+    for name in ("heldout_loglik.png", "local_steps.png", "correlation.png", "topics.png"):
+        path = tmp_path / "report" / name
+        assert str(path) in files and path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and path.stat().st_size > 5000
+    summary = (tmp_path / "report" / "summary.md").read_text()
+    assert summary.count("term") >= 4 * 10 and "Most correlated topic pairs" in summary
+
+    buffet("fit", "cnmf", cnmf_store, "--out", tmp_path / "other", "--workers", 1, "--chunk-rows", 70, *common)
+    other = exported(tmp_path / "other", tmp_path / "other.npz")
+    for name in ("topic_word", "L", "u", "trace_heldout_ll"):
+        assert np.nanmax(np.abs(arrays[name] - other[name])) <= 1e-10, name
+
+
+def test_data_that_are_not_counts_get_a_one_line_error(tmp_path):
+    rng = np.random.default_rng(0)
+    real = from_array(rng.normal(size=(20, 6)), tmp_path / "real.zarr", "real")
+    binary = from_array((rng.random((20, 6)) < 0.5).astype(float), tmp_path / "binary.zarr", "binary")
+    for ds, kind in ((real, "real"), (binary, "binary")):
+        proc = buffet("fit", "cnmf", ds.path, "--out", tmp_path / f"run-{kind}", "--k", 3, "--workers", 1,
+                      "--quiet", check=False)
+        assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
+        assert proc.stderr.startswith("buffet: error:") and len(proc.stderr.strip().splitlines()) == 1
+        assert "correlated NMF needs a counts dataset" in proc.stderr and kind in proc.stderr
+        assert not (tmp_path / f"run-{kind}").exists()
