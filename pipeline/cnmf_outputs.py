@@ -9,8 +9,9 @@ from __future__ import annotations
 from pathlib import Path
 
 import numpy as np
+import scipy.sparse as sp
 
-from buffet.kernels import cnmf
+from buffet.kernels import bnmf, cnmf
 from buffet.pipeline import plots
 from buffet.pipeline.bnmf_outputs import _vocab, evaluate_topic_model, top_words, topic_mass, topic_word
 from buffet.pipeline.cnmf import CNMFConfig, CNMFDriver, make_corpus
@@ -26,6 +27,17 @@ def make_driver(config: CNMFConfig, store: str, executor: Executor) -> CNMFDrive
 def evaluate(run: RunStore, executor: Executor) -> dict:
     """Held-out per-word log likelihood on all documents of the stored split (SPEC 4)."""
     return evaluate_topic_model(run, executor, "cnmf", spec)
+
+
+def transform(run: RunStore, X: sp.spmatrix) -> np.ndarray:
+    """u_d of the documents (rows of the count matrix ``X``, over the run's vocabulary) with the run's
+    fitted globals fixed: the local step of SPEC 3.6 (what ``export`` gives as ``u`` for the dataset)."""
+    arrays, _, _ = run.load_checkpoint()
+    config = config_from(spec, run.params)
+    X = sp.csr_matrix(X, dtype=np.float64)
+    view = bnmf.TopicView.from_params(arrays["g"], arrays["h"])
+    return cnmf.local_step(X.indptr, X.indices, X.data, view, arrays["L"], config.local_settings(),
+                           with_stats=False).u
 
 
 def correlated_pairs(corr: np.ndarray, n: int = 10) -> list[tuple[int, int, float]]:

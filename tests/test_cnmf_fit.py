@@ -8,7 +8,9 @@ import pytest
 
 from buffet.data.arrays import from_array
 from buffet.data.splits import add_split, holdout_rows
+from buffet.pipeline.blocks import resolve
 from buffet.pipeline.cnmf import CNMFConfig
+from buffet.pipeline.cnmf_outputs import transform
 from buffet.pipeline.executors import SyncExecutor
 from buffet.pipeline.runs import fit_run, resume_run
 from buffet.pipeline.runstore import RunStore
@@ -58,6 +60,8 @@ def test_cli_fit_evaluate_export_report_and_determinism(tmp_path, cnmf_store):
     np.testing.assert_allclose(np.diag(arrays["correlation"]), 1.0)
     np.testing.assert_allclose(arrays["topic_word"].sum(axis=1), 1.0)
     assert arrays["vocab"][0] == "term0" and len(arrays["trace_step"]) == 8
+    some = resolve(cnmf_store).read_rows(100, 110).to_scipy()
+    np.testing.assert_allclose(transform(RunStore(tmp_path / "run"), some), arrays["u"][100:110], rtol=0, atol=1e-10)
     files = buffet("report", tmp_path / "run", "--out", tmp_path / "report").stdout.split()
     for name in ("heldout_loglik.png", "local_steps.png", "correlation.png", "topics.png"):
         path = tmp_path / "report" / name
