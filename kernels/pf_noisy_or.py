@@ -100,14 +100,16 @@ def draw_new_rows(cdf: np.ndarray, index: np.ndarray, n_new: np.ndarray, rng: np
     """The K_new new rows of Y of particles with ``index`` (L, D) into ``entry_tables`` (Alg. 3 line 10).
 
     Per column the number of ones c is drawn from its CDF and the c ones are put at uniformly random
-    new rows (selection sampling). Returns (L, max K_new, D) bool, rows j >= K_new_l zero.
+    new rows (selection sampling), only for the entries with c > 0 (few: most columns of x_i are 0).
+    Returns (L, max K_new, D) bool, rows j >= K_new_l zero.
     """
     top = int(n_new.max(initial=0))
     count = (np.take(cdf.reshape(cdf.shape[0], -1), index, axis=1) <= rng.random(index.shape)).sum(axis=0)
     out = np.zeros((index.shape[0], top, index.shape[1]), bool)
-    n = n_new[:, None]
+    particle, column = np.nonzero(count)
+    count, n = count[particle, column], n_new[particle]
     for j in range(top):
-        out[:, j] = pick = (rng.random(count.shape) * (n - j) < count) & (j < n)
+        out[particle, j, column] = pick = (rng.random(count.size) * (n - j) < count) & (j < n)
         count = count - pick
     return out
 

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from buffet.kernels.ibp_prior import (append_row, class_key, enumerate_ibp_classes, exact_class_posterior,
+from buffet.kernels.ibp_prior import (append_row, class_key, class_keys, enumerate_ibp_classes, exact_class_posterior,
                                       feature_capacity, harmonic_number, ibp_log_prob, init_ibp_particles, left_order,
                                       new_feature_log_prior, sample_ibp, sample_ibp_conditional)
 from buffet.kernels.ibp_synthetic import base_error, image_data, latent_images, noisy_or_data, zzt_error
@@ -116,6 +116,17 @@ def test_class_key_is_the_left_ordered_form():
     assert class_key(np.pad(Z, [(0, 0), (0, 2)])) == class_key(Z)
     assert class_key(Z[:, [0, 1]]) != class_key(Z[:, [0, 3]])
     assert class_key(Z[:, [0, 0, 1]]) != class_key(Z[:, [0, 1, 1]])
+
+
+def test_class_keys_of_a_stack_sort_columns_like_python():
+    """The batched keys and left orders against Python's sort of the column tuples, largest first."""
+    rng = np.random.default_rng(4)
+    Z = rng.random((60, 11, 5)) < rng.random((60, 1, 1))
+    Z[::3, :, 1] = Z[::3, :, 3]                           # repeated columns
+    for (key, order), Zg in zip(class_keys(Z), Z):
+        cols = sorted((tuple(Zg[:, k]) for k in range(5) if Zg[:, k].any()), reverse=True)
+        assert [tuple(Zg[:, k]) for k in order] == cols
+        assert key == b"".join(np.packbits(np.array(c, bool)).tobytes() for c in cols) == class_key(Zg)
 
 
 def test_ibp_log_prob_counts_repeated_columns():

@@ -207,6 +207,7 @@ def test_noisy_or_log_weights_sum_out_new_rows_of_y():
             brute = _noisy_or_row_brute(X[i], eta, k_new, params, observed[i])
             assert log_w[l] == pytest.approx(brute, abs=1e-10)
             np.testing.assert_array_equal(block.Y[l, :k_old], before.Y[l, :k_old])
+            assert not block.Y[l, block.n_features[l]:].any()          # padding rows stay zero
 
 
 def test_noisy_or_entry_tables_by_enumeration():
