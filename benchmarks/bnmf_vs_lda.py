@@ -76,8 +76,8 @@ def run_buffet(args) -> dict:
     obs, held = thirds(X_test)
     view = bnmf.TopicView.from_params(g, h, dtype=np.float64)
     ll, tokens = bnmf.completion_loglik(obs.indptr, obs.indices, obs.data, held.data, view, g / h, hyper,
-                                        config.local_settings())
-    fit = bnmf.local_step(obs.indptr, obs.indices, obs.data, view, hyper, config.local_settings(),
+                                        config.inference_settings())
+    fit = bnmf.local_step(obs.indptr, obs.indices, obs.data, view, hyper, config.inference_settings(),
                           with_stats=False)
     beta = g / h
     check = mixture_loglik(fit.a / bnmf.theta_rate(view, hyper) * beta.sum(axis=0), beta.T, held)

@@ -110,7 +110,7 @@ class BayesianNMF:
     def transform(self, X, normalize: bool = False) -> np.ndarray:
         """E[theta_d] for every document (rows of ``X``), or topic proportions if ``normalize``."""
         m, hyper, view = self._fitted(X)
-        res = bnmf.local_step(m.indptr, m.indices, m.data, view, hyper, self.config.local_settings(),
+        res = bnmf.local_step(m.indptr, m.indices, m.data, view, hyper, self.config.inference_settings(),
                               with_stats=False)
         weights = res.a / bnmf.theta_rate(view, hyper)
         return weights / weights.sum(axis=1, keepdims=True) if normalize else weights
@@ -119,7 +119,7 @@ class BayesianNMF:
         """Held-out per-word log likelihood of ``X`` by threefold document completion (SPEC 4)."""
         m, hyper, view = self._fitted(X)
         ll, tokens = bnmf.threefold_completion(m.indptr, m.indices, m.data, view, self.g_ / self.h_, hyper,
-                                               self.config.local_settings(),
+                                               self.config.inference_settings(),
                                                stream(self.config.seed, "score"))
         return ll / max(tokens, 1.0)
 
