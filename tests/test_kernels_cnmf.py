@@ -211,7 +211,7 @@ def test_batch_recovers_topics_and_the_sign_of_correlations():
     """Four topics in two strongly correlated pairs (true corr 0.96 within, -0.96 to -1 across)."""
     rng = np.random.default_rng(5)
     true_L = np.array([[2.0, 0.0], [1.8, 0.5], [-2.0, 0.0], [-1.8, -0.5]])
-    X, beta = cnmf_corpus(400, 60, true_L, rng, length=50)
+    X, beta = cnmf_corpus(600, 60, true_L, rng, length=50)
     _, g, h, L = _batch_objectives(X, 4, 2, 40)
     t, ell = beta / np.linalg.norm(beta, axis=0), (g / h) / np.linalg.norm(g / h, axis=0)
     cos = t.T @ ell
