@@ -72,8 +72,8 @@ class BNMFConfig:
         """Refuse settings that cannot work, naming the setting."""
         if self.mode not in ("batch", "svi"):
             raise UserError(f"mode must be 'batch' or 'svi', got {self.mode!r}")
-        require_counts(self, ("n_topics", "batch_size", "passes", "max_iter", "max_sweeps", "eval_max_sweeps", "chunk_rows",
-                              "eval_every", "checkpoint_every"))
+        require_counts(self, ("n_topics", "batch_size", "passes", "max_iter", "max_sweeps", "eval_max_sweeps",
+                              "chunk_rows", "eval_every", "checkpoint_every"))
         if not 0.5 < self.kappa <= 1.0:
             raise UserError(f"kappa must be in (0.5, 1], got {self.kappa}")
         if self.precision not in ("float64", "float32"):
