@@ -158,8 +158,12 @@ def cmd_fit(args: argparse.Namespace) -> None:
     _print_topics(run)
 
 
+TOPIC_MODELS = ("bnmf", "cnmf")  # models whose runs hold q(beta) as g, h
+
+
 def _print_topics(run: RunStore) -> None:
-    if run.model == "bnmf" and run.has_checkpoint():
+    """The top words of the 20 heaviest topics of a topic model's run."""
+    if run.model in TOPIC_MODELS and run.has_checkpoint():
         arrays, _, _ = run.load_checkpoint()
         mass = bnmf_outputs.topic_mass(arrays["g"], arrays["h"])
         words = bnmf_outputs.top_words(arrays["g"], arrays["h"], bnmf_outputs._vocab(run))

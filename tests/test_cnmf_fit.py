@@ -51,7 +51,7 @@ def test_cli_fit_evaluate_export_report_and_determinism(tmp_path, cnmf_store):
     chunking gives the same topics, locations and scores."""
     common = ["--k", 4, "--n-dims", 2, "--batch-size", 150, "--passes", 2, "--seed", 3, "--eval-every", 4, "--quiet"]
     fit = buffet("fit", "cnmf", cnmf_store, "--out", tmp_path / "run", "--workers", 2, "--chunk-rows", 100, *common)
-    assert "finished" in fit.stdout
+    assert "finished" in fit.stdout and "topic   0:" in fit.stdout  # the top words are printed
     result = json.loads(buffet("evaluate", tmp_path / "run", "--json", "--workers", 1, "--quiet").stdout)
     assert result["model"] == "cnmf" and result["heldout_docs"] == 60 and result["steps"] == 8
     assert -np.log(80) < result["heldout_loglik_per_word"] < 0  # better than uniform over words
