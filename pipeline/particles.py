@@ -155,7 +155,7 @@ class NoisyORParticleConfig(ParticleConfig):
         return pf_noisy_or_step(block, x, self.alpha, NoisyORParams(self.p, self.lam, self.eps), rng, observed)
 
     def features(self, block: NoisyORParticles) -> np.ndarray:
-        return block.Y.astype(np.float64)
+        return block.Y                  # bool; ``ibp_summary.summarise`` converts after grouping
 
 
 # ----- block tasks -----
