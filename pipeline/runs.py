@@ -35,7 +35,7 @@ class ModelSpec:
 
 MODELS: dict[str, ModelSpec] = {}
 MODEL_MODULES = ("buffet.pipeline.bnmf_outputs", "buffet.pipeline.cnmf_outputs", "buffet.pipeline.imf_outputs",
-                 "buffet.pipeline.ibp_outputs")
+                 "buffet.pipeline.ibp_outputs", "buffet.pipeline.bmf_outputs")
 
 
 def register(name: str, spec: ModelSpec) -> None:

@@ -1,0 +1,181 @@
+"""Binary matrix factorization on the engine (SPEC 3.7, 4): exact posteriors of tiny problems, bars
+recovery, same numbers on 1 and 2 workers, resume, the CLI and bad input."""
+
+import itertools
+import json
+import math
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+from scipy.stats import multivariate_normal
+
+from buffet.data.arrays import from_array
+from buffet.data.errors import UserError
+from buffet.data.splits import add_split
+from buffet.kernels.bmf_data import bars_data
+from buffet.kernels.ibp_prior import enumerate_ibp_classes
+from buffet.pipeline import bmf_outputs
+from buffet.pipeline.blocks import MemoryRows
+from buffet.pipeline.bmf import BMFConfig, BMFDriver
+from buffet.pipeline.executors import DaskExecutor, SyncExecutor
+from buffet.pipeline.runs import fit_run, resume_run
+
+from test_particles_fit import _assert_same, _checkpoint, buffet
+
+
+def _log_marginal(X, mask, U, V, theta, phi, w0):
+    """log p(X_obs | U, V) with W ~ N(w0, 1/phi) integrated out: Cov(x_ij, x_i'j') = (UU^T)_ii' (VV^T)_jj' / phi."""
+    U, V = U.astype(float), V.astype(float)
+    cov = np.kron(U @ U.T, V @ V.T) / phi + np.eye(X.size) / theta
+    obs = mask.ravel()
+    mean = w0 * np.outer(U.sum(axis=1), V.sum(axis=1)).ravel()
+    return multivariate_normal.logpdf(X.ravel()[obs], mean[obs], cov[np.ix_(obs, obs)])
+
+
+def _samples(config, X, mask, burn=100):
+    """(U, V) after each sweep past ``burn`` of the driver on an in-memory matrix."""
+    driver = BMFDriver(config, MemoryRows(X, mask), SyncExecutor())
+    driver.start()
+    out = []
+    for s in range(config.sweeps):
+        driver.step(s)
+        if s >= burn:
+            out.append((driver.full("u"), driver.full("v")))
+    return out
+
+
+def test_designated_panel_ibp_sampler_matches_the_enumerated_posterior():
+    """IBP on both sides, three row panels and two column panels (rotating designated panel, the others
+    given pi): E[UU^T], E[VV^T] and P(K+) equal enumeration over classes with K+, L+ <= 3 (W integrated)."""
+    X = np.array([[1.8, 0.1], [2.1, -0.3], [0.2, 0.3]])
+    mask = np.ones(X.shape, bool)
+    mask[2, 1] = False
+    config = BMFConfig(sweeps=6000, alpha=0.8, lam=0.8, theta=2.0, phi=1.0, learn_hyper=False, panel_rows=1,
+                       panel_cols=1, seed=1)
+    prior_u, prior_v = config.priors(0.8, 0.8)
+    states = [(U, V) for U in enumerate_ibp_classes(3, 3) for V in enumerate_ibp_classes(2, 3)]
+    log_p = np.array([prior_u.log_prob(U) + prior_v.log_prob(V) + _log_marginal(X, mask, U, V, 2.0, 1.0, 0.0)
+                      for U, V in states])
+    p = np.exp(log_p - log_p.max())
+    p /= p.sum()
+    kept = [(U, V) for U, V in _samples(config, X, mask) if U.shape[1] <= 3 and V.shape[1] <= 3]
+    for side in (0, 1):
+        exact = sum(w * (s[side].astype(int) @ s[side].T) for w, s in zip(p, states))
+        sampled = np.mean([s[side].astype(int) @ s[side].T for s in kept], axis=0)
+        np.testing.assert_allclose(sampled, exact, atol=0.05)
+    exact_k = np.bincount([U.shape[1] for U, _ in states], weights=p, minlength=4)
+    sampled_k = np.bincount([U.shape[1] for U, _ in kept], minlength=4) / len(kept)
+    np.testing.assert_allclose(sampled_k, exact_k, atol=0.03)
+
+
+def test_finite_sampler_matches_the_enumerated_posterior_in_total_variation():
+    """Finite Beta-Bernoulli priors (K = 2, L = 1), every row and column its own panel: the law of (U, V)."""
+    X = np.array([[1.5, 0.2], [1.1, -0.4]])
+    mask = np.ones(X.shape, bool)
+    config = BMFConfig(sweeps=6000, finite_k=2, finite_l=1, theta=2.0, phi=1.0, w0=0.2, learn_hyper=False,
+                       panel_rows=1, panel_cols=1, seed=3)
+    prior_u, prior_v = config.priors(1.0, 1.0)
+    exact = {}
+    for bits in itertools.product([False, True], repeat=6):
+        U, V = np.array(bits[:4]).reshape(2, 2), np.array(bits[4:]).reshape(2, 1)
+        exact[U.tobytes() + V.tobytes()] = (prior_u.log_prob(U) + prior_v.log_prob(V)
+                                            + _log_marginal(X, mask, U, V, 2.0, 1.0, 0.2))
+    top = max(exact.values())
+    norm = sum(math.exp(v - top) for v in exact.values())
+    samples = _samples(config, X, mask)
+    counts = {}
+    for U, V in samples:
+        counts[U.tobytes() + V.tobytes()] = counts.get(U.tobytes() + V.tobytes(), 0) + 1
+    tv = 0.5 * sum(abs(math.exp(v - top) / norm - counts.get(k, 0) / len(samples)) for k, v in exact.items())
+    assert tv < 0.06
+
+
+@pytest.fixture(scope="module")
+def stores(tmp_path_factory):
+    """Bars (150 images, bottom halves of a quarter held out), small binary, count and real stores."""
+    folder = tmp_path_factory.mktemp("bmf")
+    bars = bars_data(150, np.random.default_rng(0), alpha=2.0)
+    paths = {name: folder / f"{name}.zarr" for name in ("bars", "binary", "counts", "real")}
+    ds = from_array(bars.X, paths["bars"], "real", rows_per_chunk=64)
+    add_split(ds, "heldout", {"test_mask": bars.missing}, {"kind": "entries"})
+    rng = np.random.default_rng(1)
+    U, V = rng.random((60, 3)) < 0.5, rng.random((20, 2)) < 0.5
+    M = U @ rng.normal(0, 4, (3, 2)) @ V.T - 1.0         # held-out AUC of the true M: 0.79
+    binary = from_array((rng.random(M.shape) < 1 / (1 + np.exp(-M))).astype(float), paths["binary"], "binary")
+    add_split(binary, "heldout", {"test_mask": rng.random(M.shape) < 0.2}, {"kind": "entries"})
+    counts = rng.poisson(np.exp(0.2 * M)).astype(float)
+    counts[0, 0] = -1.0
+    from_array(counts, paths["counts"], "real")
+    real = from_array(M + rng.normal(size=M.shape), paths["real"], "real")
+    add_split(real, "heldout", {"test_mask": rng.random(M.shape) < 0.2}, {"kind": "entries"})
+    return {"bars_data": bars, **{k: str(v) for k, v in paths.items()}}
+
+
+def test_bars_missing_halves_are_reconstructed(tmp_path, stores):
+    """SPEC 4 bars: the posterior predictive mean of the held-out bottom halves is close to the noise-free
+    images (much closer than the prior mean 0 and than the top-half nearest neighbour's bottom half)."""
+    bars = stores["bars_data"]
+    run = fit_run("bmf", stores["bars"], tmp_path / "run", BMFConfig(sweeps=150, burn_in=75, alpha=2.0, lam=4.0,
+                                                                     panel_rows=50), SyncExecutor(), quiet=True)
+    pred = bmf_outputs.export(run)["predictive_mean"]
+    missing = bars.missing
+    rmse = np.sqrt(np.mean((pred[missing] - bars.clean[missing]) ** 2))
+    zero = np.sqrt(np.mean(bars.clean[missing] ** 2))
+    complete, cut = ~missing.any(axis=1), np.flatnonzero(missing.any(axis=1))
+    top = (bars.X[complete][None, :, :32] - bars.X[cut][:, None, :32]) ** 2
+    nearest = bars.X[complete][np.argmin(top.sum(axis=2), axis=1)][:, 32:]
+    nn = np.sqrt(np.mean((nearest - bars.clean[cut][:, 32:]) ** 2))
+    assert rmse < 0.65 * zero and rmse < 0.8 * nn, (rmse, zero, nn)
+    result = bmf_outputs.evaluate(run)
+    assert result["heldout_entries"] == missing.sum() and result["rmse"] < 2.2   # noise sd is sqrt(2)
+
+
+def test_logistic_fit_scores_held_out_entries(tmp_path, stores):
+    run = fit_run("bmf", stores["binary"], tmp_path / "run", BMFConfig(likelihood="logistic", sweeps=60, burn_in=20,
+                                                                       panel_rows=16, seed=2), SyncExecutor(), quiet=True)
+    result = bmf_outputs.evaluate(run)
+    assert result["heldout_entries"] > 200 and result["auc"] > 0.65 and result["log_loss"] < 0.62
+
+
+def test_same_seed_gives_the_same_chain_on_1_and_2_workers_and_resumes(tmp_path, stores, clients):
+    config = BMFConfig(likelihood="logistic", sweeps=8, burn_in=3, panel_rows=16, panel_cols=5, ess_steps=2,
+                       seed=5, checkpoint_every=3)
+    results = {name: _checkpoint(fit_run("bmf", stores["binary"], tmp_path / name, config, ex, quiet=True))
+               for name, ex in (("sync", SyncExecutor()), ("1", DaskExecutor(clients[1])),
+                                ("2", DaskExecutor(clients[2])))}
+    _assert_same(results["sync"], results["1"])
+    _assert_same(results["sync"], results["2"])
+    part = fit_run("bmf", stores["binary"], tmp_path / "part", config, SyncExecutor(), stop_after=4, quiet=True)
+    assert part.status == "interrupted"
+    _assert_same(results["sync"], _checkpoint(resume_run(str(part.path), SyncExecutor(), quiet=True)))
+
+
+def test_cli_fit_evaluate_export_report(tmp_path, stores):
+    buffet("fit", "bmf", stores["real"], "--out", tmp_path / "run", "--sweeps", 30, "--burn-in", 10, "--seed", 2,
+           "--panel-rows", 16, "--workers", 2, "--quiet")
+    result = json.loads(buffet("evaluate", tmp_path / "run", "--json", "--workers", 1, "--worker-kind", "threads",
+                               "--quiet"))
+    assert result["likelihood"] == "gaussian" and result["retained_sweeps"] == 20
+    assert result["rmse"] < 1.5 and result["k_plus"] >= 1 and result["l_plus"] >= 1    # noise sd 1, signal sd ~4
+    buffet("export", tmp_path / "run", "--out", tmp_path / "post.npz")
+    with np.load(tmp_path / "post.npz") as post:
+        assert post["predictive_mean"].shape == (60, 20)
+        assert post["U"].shape[0] == 60 and post["V"].shape[0] == 20 and post["trace_k_plus"].shape == (30,)
+    files = buffet("report", tmp_path / "run", "--out", tmp_path / "report").split()
+    for name in ("trace_features.png", "trace_log_joint.png", "features.png"):
+        assert str(tmp_path / "report" / name) in files
+        assert (tmp_path / "report" / name).read_bytes()[:4] == b"\x89PNG"
+
+
+def test_bad_input_gets_a_one_line_error(tmp_path, stores):
+    proc = subprocess.run([sys.executable, "-m", "buffet.pipeline.cli", "fit", "bmf", stores["real"], "--out",
+                           str(tmp_path / "run"), "--likelihood", "logistic", "--workers", "1", "--worker-kind",
+                           "threads", "--quiet"], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2
+    assert proc.stderr.count("\n") == 1 and "not 0 or 1" in proc.stderr
+    with pytest.raises(UserError, match="negative count"):
+        BMFDriver(BMFConfig(likelihood="poisson"), stores["counts"], SyncExecutor())
+    with pytest.raises(UserError, match="likelihood must be one of"):
+        BMFDriver(BMFConfig(likelihood="probit"), stores["counts"], SyncExecutor())
