@@ -19,7 +19,7 @@ from buffet.data.errors import UserError
 Experiment = Callable[..., list[Path]]  # (out_dir, seeds, quick, **options) -> files written
 EXPERIMENTS: dict[str, Experiment] = {}
 OPTIONS: dict[str, tuple[str, ...]] = {}  # the keyword options each experiment takes
-EXPERIMENT_MODULES: tuple[str, ...] = ("buffet.pipeline.reproduce_roles", "buffet.pipeline.reproduce_ibp", "buffet.pipeline.reproduce_cf", "buffet.pipeline.reproduce_particles")
+EXPERIMENT_MODULES: tuple[str, ...] = ("buffet.pipeline.reproduce_roles", "buffet.pipeline.reproduce_ibp", "buffet.pipeline.reproduce_cf", "buffet.pipeline.reproduce_particles", "buffet.pipeline.reproduce_bmf")
 
 
 def register(name: str, experiment: Experiment, options: tuple[str, ...] = ()) -> None:
