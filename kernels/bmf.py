@@ -281,6 +281,17 @@ def residual_sum_of_squares(stats: dict[str, np.ndarray], W: np.ndarray) -> floa
     return float(stats["xx"] - 2.0 * w @ stats["atx"] + w @ stats["ata"] @ w)
 
 
+def gaussian_log_lik(stats: dict[str, np.ndarray], W: np.ndarray, theta: float) -> float:
+    """log p(X | U, V, W) of the Gaussian model over the observed entries, from ``weight_stats``."""
+    rss = residual_sum_of_squares(stats, W)
+    return 0.5 * float(stats["n_obs"]) * math.log(theta / (2.0 * math.pi)) - 0.5 * theta * rss
+
+
+def weight_log_prior(W: np.ndarray, w0: float, phi: float) -> float:
+    """log N(W; w0, 1/phi I) (paper section 2)."""
+    return float(0.5 * W.size * math.log(phi / (2.0 * math.pi)) - 0.5 * phi * np.sum((W - w0) ** 2))
+
+
 def elliptical_slice(f: np.ndarray, mean: np.ndarray | float, scale: float, log_lik: Callable[[np.ndarray], float],
                      rng: np.random.Generator, current: float | None = None) -> tuple[np.ndarray, float]:
     """One elliptical slice sampling update (Murray, Adams & MacKay 2010) of f with prior N(mean, scale^2 I).

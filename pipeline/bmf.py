@@ -196,11 +196,14 @@ class BMFDriver:
         self._update_side("v", step)
         log_lik, stats = self._update_weights(step)
         self._update_hyper(step, stats)
+        if stats is not None:  # at the new theta
+            log_lik = bmf.gaussian_log_lik(stats, self.W, self.theta)
         prior_u, prior_v = self.config.priors(self.alpha, self.lam)
         U, V = self.full("u"), self.full("v")
-        log_prior_w = float(np.sum(0.5 * math.log(self.phi / (2 * math.pi)) - 0.5 * self.phi * (self.W - self.config.w0) ** 2))
+        log_joint = (log_lik + prior_u.log_prob(U) + prior_v.log_prob(V)
+                     + bmf.weight_log_prior(self.W, self.config.w0, self.phi))
         record = {"sweep": step + 1, "k_plus": float(U.shape[1]), "l_plus": float(V.shape[1]), "log_lik": log_lik,
-                  "log_joint": log_lik + prior_u.log_prob(U) + prior_v.log_prob(V) + log_prior_w,
+                  "log_joint": log_joint,
                   "phi": self.phi, "theta": self.theta, "alpha": self.alpha, "lam": self.lam,
                   "retained": float(step >= self.config.burn_in)}
         if step >= self.config.burn_in:
@@ -257,8 +260,7 @@ class BMFDriver:
                 self.executor.submit(weight_stats_task, p, U, V) for p, U in zip(self.rows, self.U)]))
             with blas_controller().limit(limits=1, user_api="blas"):  # BLAS threads only contend on a shared client
                 self.W = bmf.sample_gaussian_w(stats, self.theta, self.phi, self.config.w0, *self.W.shape, rng)
-            rss = bmf.residual_sum_of_squares(stats, self.W)
-            return 0.5 * stats["n_obs"] * math.log(self.theta / (2 * math.pi)) - 0.5 * self.theta * rss, stats
+            return bmf.gaussian_log_lik(stats, self.W, self.theta), stats
         log_lik = None
         for _ in range(self.config.ess_steps):
             self.W, log_lik = bmf.elliptical_slice(self.W, self.config.w0, 1.0 / math.sqrt(self.phi),

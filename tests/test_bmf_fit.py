@@ -52,7 +52,7 @@ def test_designated_panel_ibp_sampler_matches_the_enumerated_posterior():
     X = np.array([[1.8, 0.1], [2.1, -0.3], [0.2, 0.3]])
     mask = np.ones(X.shape, bool)
     mask[2, 1] = False
-    config = BMFConfig(sweeps=6000, alpha=0.8, lam=0.8, theta=2.0, phi=1.0, learn_hyper=False, panel_rows=1,
+    config = BMFConfig(sweeps=5000, alpha=0.8, lam=0.8, theta=2.0, phi=1.0, learn_hyper=False, panel_rows=1,
                        panel_cols=1, seed=1)
     prior_u, prior_v = config.priors(0.8, 0.8)
     states = [(U, V) for U in enumerate_ibp_classes(3, 3) for V in enumerate_ibp_classes(2, 3)]
@@ -74,7 +74,7 @@ def test_finite_sampler_matches_the_enumerated_posterior_in_total_variation():
     """Finite Beta-Bernoulli priors (K = 2, L = 1), every row and column its own panel: the law of (U, V)."""
     X = np.array([[1.5, 0.2], [1.1, -0.4]])
     mask = np.ones(X.shape, bool)
-    config = BMFConfig(sweeps=6000, finite_k=2, finite_l=1, theta=2.0, phi=1.0, w0=0.2, learn_hyper=False,
+    config = BMFConfig(sweeps=5000, finite_k=2, finite_l=1, theta=2.0, phi=1.0, w0=0.2, learn_hyper=False,
                        panel_rows=1, panel_cols=1, seed=3)
     prior_u, prior_v = config.priors(1.0, 1.0)
     exact = {}
@@ -133,36 +133,36 @@ def test_bars_missing_halves_are_reconstructed(tmp_path, stores):
 
 
 def test_logistic_fit_scores_held_out_entries(tmp_path, stores):
-    run = fit_run("bmf", stores["binary"], tmp_path / "run", BMFConfig(likelihood="logistic", sweeps=60, burn_in=20,
-                                                                       panel_rows=16, seed=2), SyncExecutor(), quiet=True)
+    config = BMFConfig(likelihood="logistic", sweeps=60, burn_in=20, panel_rows=16, seed=2)
+    run = fit_run("bmf", stores["binary"], tmp_path / "run", config, SyncExecutor(), quiet=True)
     result = bmf_outputs.evaluate(run)
     assert result["heldout_entries"] > 200 and result["auc"] > 0.65 and result["log_loss"] < 0.62
 
 
 def test_same_seed_gives_the_same_chain_on_1_and_2_workers_and_resumes(tmp_path, stores, clients):
-    config = BMFConfig(likelihood="logistic", sweeps=8, burn_in=3, panel_rows=16, panel_cols=5, ess_steps=2,
-                       seed=5, checkpoint_every=3)
+    config = BMFConfig(likelihood="logistic", sweeps=6, burn_in=2, panel_rows=16, panel_cols=5, ess_steps=1,
+                       seed=5, checkpoint_every=2)
     results = {name: _checkpoint(fit_run("bmf", stores["binary"], tmp_path / name, config, ex, quiet=True))
                for name, ex in (("sync", SyncExecutor()), ("1", DaskExecutor(clients[1])),
                                 ("2", DaskExecutor(clients[2])))}
     _assert_same(results["sync"], results["1"])
     _assert_same(results["sync"], results["2"])
-    part = fit_run("bmf", stores["binary"], tmp_path / "part", config, SyncExecutor(), stop_after=4, quiet=True)
+    part = fit_run("bmf", stores["binary"], tmp_path / "part", config, SyncExecutor(), stop_after=3, quiet=True)
     assert part.status == "interrupted"
     _assert_same(results["sync"], _checkpoint(resume_run(str(part.path), SyncExecutor(), quiet=True)))
 
 
 def test_cli_fit_evaluate_export_report(tmp_path, stores):
-    buffet("fit", "bmf", stores["real"], "--out", tmp_path / "run", "--sweeps", 30, "--burn-in", 10, "--seed", 2,
+    buffet("fit", "bmf", stores["real"], "--out", tmp_path / "run", "--sweeps", 20, "--burn-in", 5, "--seed", 2,
            "--panel-rows", 16, "--workers", 2, "--quiet")
     result = json.loads(buffet("evaluate", tmp_path / "run", "--json", "--workers", 1, "--worker-kind", "threads",
                                "--quiet"))
-    assert result["likelihood"] == "gaussian" and result["retained_sweeps"] == 20
+    assert result["likelihood"] == "gaussian" and result["retained_sweeps"] == 15
     assert result["rmse"] < 1.5 and result["k_plus"] >= 1 and result["l_plus"] >= 1    # noise sd 1, signal sd ~4
     buffet("export", tmp_path / "run", "--out", tmp_path / "post.npz")
     with np.load(tmp_path / "post.npz") as post:
         assert post["predictive_mean"].shape == (60, 20)
-        assert post["U"].shape[0] == 60 and post["V"].shape[0] == 20 and post["trace_k_plus"].shape == (30,)
+        assert post["U"].shape[0] == 60 and post["V"].shape[0] == 20 and post["trace_k_plus"].shape == (20,)
     files = buffet("report", tmp_path / "run", "--out", tmp_path / "report").split()
     for name in ("trace_features.png", "trace_log_joint.png", "features.png"):
         assert str(tmp_path / "report" / name) in files

@@ -5,7 +5,7 @@ import math
 import numpy as np
 import pytest
 from scipy.special import log_expit
-from scipy.stats import multivariate_normal, poisson
+from scipy.stats import multivariate_normal, norm, poisson
 
 from buffet.kernels import bmf
 from buffet.kernels.ibp_prior import enumerate_ibp_classes, ibp_log_prob
@@ -72,6 +72,9 @@ def test_gaussian_w_conditional_is_the_dense_linear_regression_posterior():
     np.testing.assert_allclose(draws.mean(axis=0), mean, atol=4 * np.sqrt(np.diag(cov).max() / 4000))
     np.testing.assert_allclose(np.cov(draws.T), cov, atol=0.1 * np.abs(cov).max())
     assert bmf.residual_sum_of_squares(stats, W[0]) == pytest.approx(np.sum((x - A @ W[0].T.ravel()) ** 2))
+    assert bmf.gaussian_log_lik(stats, W[0], theta) == pytest.approx(
+        bmf.log_likelihood("gaussian", X, mask, U @ W[0] @ V.T, theta))
+    assert bmf.weight_log_prior(W[0], w0, phi) == pytest.approx(norm.logpdf(W[0], w0, phi ** -0.5).sum())
     full = bmf.weight_stats(X, np.ones_like(mask), U, V)
     Uf, Vf = U.astype(float), V.astype(float)
     np.testing.assert_allclose(full["ata"], np.kron(Vf.T @ Vf, Uf.T @ Uf))    # paper section 3.1, no mask
