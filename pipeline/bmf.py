@@ -214,33 +214,41 @@ class BMFDriver:
         return record
 
     def _update_side(self, side: str, step: int) -> None:
-        """Designated panel collapsed, then the other panels given pi (module docstring, step 1/2)."""
+        """Designated panel collapsed, then the other panels given pi; empty features dropped (module
+        docstring, steps 1-2)."""
         ex, cfg = self.executor, self.config
         panels, Zs = (self.rows, self.U) if side == "u" else (self.cols, self.V)
         W_side, other = (self.W, self.full("v")) if side == "u" else (self.W.T, self.full("u"))
         prior = self.config.priors(self.alpha, self.lam)[0 if side == "u" else 1]
-        n_rows = sum(Z.shape[0] for Z in Zs)
         star = step % len(Zs)
         counts_rest = sum(Z.sum(axis=0) for Z in Zs) - Zs[star].sum(axis=0)
         Z_star, W_side = ex.gather(ex.submit(collapsed_task, panels[star], Zs[star], W_side, other, counts_rest,
-                                             n_rows, prior, self.model, cfg.w0, self.phi,
+                                             self.shape[side == "v"], prior, self.model, cfg.w0, self.phi,
                                              stream(cfg.seed, f"bmf-{side}", step, star)))
         width = W_side.shape[0]
         Zs = [Z_star if q == star else np.pad(Z, ((0, 0), (0, width - Z.shape[1]))) for q, Z in enumerate(Zs)]
-        counts = sum(Z.sum(axis=0) for Z in Zs)
-        active = Z_star.any(axis=0) if prior.infinite else np.ones(width, bool)
-        pi = np.full(width, 0.5)
-        pi[active] = bmf.auxiliary_pi(prior, counts[active], n_rows, stream(cfg.seed, f"bmf-{side}-pi", step))
-        futures = {q: ex.submit(conditional_task, panels[q], Z, W_side, other, pi, active, self.model,
-                                stream(cfg.seed, f"bmf-{side}", step, q)) for q, Z in enumerate(Zs) if q != star}
-        gathered = dict(zip(futures, ex.gather(list(futures.values()))))
-        Zs = [gathered.get(q, Z) for q, Z in enumerate(Zs)]
+        Zs = self._conditional_panels(side, step, panels, Zs, star, W_side, other, prior)
         keep = sum(Z.sum(axis=0) for Z in Zs) > 0 if prior.infinite else np.ones(width, bool)
         Zs, W_side = [Z[:, keep] for Z in Zs], W_side[keep]
         if side == "u":
             self.U, self.W = Zs, W_side
         else:
             self.V, self.W = Zs, W_side.T
+
+    def _conditional_panels(self, side: str, step: int, panels: list, Zs: list[np.ndarray], star: int,
+                            W_side: np.ndarray, other: np.ndarray, prior: bmf.BinaryPrior) -> list[np.ndarray]:
+        """pi_k of the features the designated panel ``star`` uses (all, for a finite prior), then every other
+        panel's rows in parallel given pi (``bmf.conditional_panel_sweep``)."""
+        ex, cfg = self.executor, self.config
+        active = Zs[star].any(axis=0) if prior.infinite else np.ones(W_side.shape[0], bool)
+        counts = sum(Z.sum(axis=0) for Z in Zs)
+        pi = np.full(W_side.shape[0], 0.5)
+        pi[active] = bmf.auxiliary_pi(prior, counts[active], self.shape[side == "v"],
+                                      stream(cfg.seed, f"bmf-{side}-pi", step))
+        futures = {q: ex.submit(conditional_task, panels[q], Z, W_side, other, pi, active, self.model,
+                                stream(cfg.seed, f"bmf-{side}", step, q)) for q, Z in enumerate(Zs) if q != star}
+        gathered = dict(zip(futures, ex.gather(list(futures.values()))))
+        return [gathered.get(q, Z) for q, Z in enumerate(Zs)]
 
     def _panel_log_lik(self, W: np.ndarray) -> float:
         """log p(X | U, V, W) over the observed training entries: one scalar per row panel, summed in panel
