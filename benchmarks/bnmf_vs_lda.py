@@ -56,6 +56,7 @@ def run_buffet(args) -> dict:
 
     config = BNMFConfig(n_topics=args.k, batch_size=args.batch_size, passes=1, seed=args.seed,
                         precision=args.precision, accelerate=args.accelerate,
+                        **({"max_sweeps": args.max_sweeps} if args.max_sweeps else {}),
                         chunk_rows=args.chunk_rows or max(1, args.batch_size // max(1, args.workers)))
     with PeakMemory() as mem:
         with dask_client(args.workers, dashboard=False, quiet=True, worker_kind=args.worker_kind) as client:
@@ -86,7 +87,8 @@ def run_buffet(args) -> dict:
             "heldout_ll": ll / tokens, "heldout_ll_mixture_form": check,
             "mean_sweeps": float(np.mean([r["mean_sweeps"] for r in trace])),
             "chunk_rows": config.chunk_rows, "steps": len(trace), "precision": args.precision,
-            "accelerate": args.accelerate, "worker_kind": args.worker_kind}
+            "accelerate": args.accelerate, "worker_kind": args.worker_kind,
+            "max_sweeps": config.max_sweeps}
 
 
 def run_sklearn(args) -> dict:
@@ -154,6 +156,9 @@ def main() -> None:
                    help="buffet: precision of the local sweeps (BNMFConfig.precision)")
     p.add_argument("--accelerate", action="store_true",
                    help="buffet: SQUAREM-accelerated local sweeps (BNMFConfig.accelerate)")
+    p.add_argument("--max-sweeps", type=int, default=None,
+                   help="buffet: training sweeps per document at most (default BNMFConfig's; held-out scoring "
+                        "always runs to BNMFConfig.eval_max_sweeps)")
     p.add_argument("--worker-kind", choices=("processes", "threads"), default="threads",
                    help="buffet: LocalCluster workers as processes or threads (the CLI's default for bnmf: threads)")
     p.add_argument("--seed", type=int, default=0)

@@ -23,26 +23,19 @@ from buffet.pipeline.blocks import Source, kept_rows, read_block, read_row_set, 
 from buffet.pipeline.executors import Executor, pick, tree_reduce
 from buffet.pipeline.runstore import RunStore
 from buffet.pipeline.seeds import stream
-from buffet.pipeline.settings import require_counts
+from buffet.pipeline.settings import require_counts, require_positive
 
 EVAL_BLOCK_ROWS = 500
 
 
 @dataclass
-class BNMFConfig:
-    """Settings of a Bayesian NMF fit.
+class TopicModelConfig:
+    """Settings shared by the Poisson topic models (Bayesian NMF, correlated NMF; SPEC 3.5-3.6).
 
-    Priors default to paper 002 section 11.6. The step size rho_t = (t0 + t)^-kappa defaults to
-    t0 = 1, kappa = 0.51: the paper's NYT schedule (kappa = 0.5) moved just inside the convergent
-    range (0.5, 1] that SPEC 3.5 requires. Its large early steps escape the merged-topic optima
-    that a slower schedule (e.g. online LDA's t0 = 10, kappa = 0.7) and batch VB get stuck in.
-
-    The training local steps stop each document at ``local_tol`` or after ``max_sweeps`` sweeps
-    (default 20): on held-out documents of two generated corpora, one SVI pass with 20 sweeps
-    scores better than with 50 or 100 (fully converged local fits to the first, still random
-    topics entrench them; benchmarks/README.md section 13) and costs about 30% fewer sweeps.
-    Evaluation (document completion, ``transform``, ``score``) fits each document to
-    ``local_tol`` or ``eval_max_sweeps`` sweeps.
+    The step size rho_t = (t0 + t)^-kappa defaults to t0 = 1, kappa = 0.51: the NYT schedule of
+    paper 002 (kappa = 0.5) moved just inside the convergent range (0.5, 1] that SPEC 3.5 requires.
+    Its large early steps escape the merged-topic optima that a slower schedule (e.g. online LDA's
+    t0 = 10, kappa = 0.7) and batch VB get stuck in. c0 defaults to 0.05 V (section 11.6).
     """
 
     n_topics: int = 20
@@ -53,29 +46,50 @@ class BNMFConfig:
     tol: float = 1e-6
     seed: int = 0
     c0: float | None = None
-    a0: float | None = None
-    b0: float | None = None
     kappa: float = 0.51
     t0: float = 1.0
     local_tol: float = 1e-3
-    max_sweeps: int = 20
-    eval_max_sweeps: int = 100
     chunk_rows: int = 500
     eval_every: int = 10
     eval_docs: int = 1000
     checkpoint_every: int = 20
     split: str | None = "heldout"
-    precision: str = "float64"
-    accelerate: bool = False
 
     def check(self) -> None:
         """Refuse settings that cannot work, naming the setting."""
         if self.mode not in ("batch", "svi"):
             raise UserError(f"mode must be 'batch' or 'svi', got {self.mode!r}")
-        require_counts(self, ("n_topics", "batch_size", "passes", "max_iter", "max_sweeps", "eval_max_sweeps",
-                              "chunk_rows", "eval_every", "checkpoint_every"))
+        require_counts(self, ("n_topics", "batch_size", "passes", "max_iter", "chunk_rows", "eval_every",
+                              "checkpoint_every"))
+        require_positive(self, ("c0", "local_tol", "t0"))
         if not 0.5 < self.kappa <= 1.0:
             raise UserError(f"kappa must be in (0.5, 1], got {self.kappa}")
+
+
+@dataclass
+class BNMFConfig(TopicModelConfig):
+    """Settings of a Bayesian NMF fit: the topic models' (``TopicModelConfig``) plus the theta prior
+    (a0, b0 default to 1/K, paper 002 section 11.6) and how the local steps run.
+
+    The training local steps stop each document at ``local_tol`` or after ``max_sweeps`` sweeps
+    (default 20): on held-out documents of two generated corpora, one SVI pass with 20 sweeps
+    scores better than with 50 or 100 (fully converged local fits to the first, still random
+    topics entrench them; benchmarks/README.md section 13) and costs about 30% fewer sweeps.
+    Evaluation (document completion, ``transform``, ``score``) fits each document to
+    ``local_tol`` or ``eval_max_sweeps`` sweeps.
+    """
+
+    a0: float | None = None
+    b0: float | None = None
+    max_sweeps: int = 20
+    eval_max_sweeps: int = 100
+    precision: str = "float64"
+    accelerate: bool = False
+
+    def check(self) -> None:
+        """Refuse settings that cannot work, naming the setting."""
+        super().check()
+        require_counts(self, ("max_sweeps", "eval_max_sweeps"))
         if self.precision not in ("float64", "float32"):
             raise UserError(f"precision must be 'float64' or 'float32', got {self.precision!r}")
 

@@ -14,54 +14,32 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from buffet.data.errors import UserError
 from buffet.data.store import CSRRows
 from buffet.kernels import bnmf, cnmf
 from buffet.pipeline.blocks import read_block, row_ranges
-from buffet.pipeline.bnmf import BNMFDriver, Corpus, corpus_from_source
+from buffet.pipeline.bnmf import BNMFDriver, Corpus, TopicModelConfig, corpus_from_source
 from buffet.pipeline.executors import pick, tree_reduce
 from buffet.pipeline.seeds import stream
 from buffet.pipeline.settings import require_counts, require_positive
 
 
 @dataclass
-class CNMFConfig:
-    """Settings of a correlated NMF fit (SPEC 3.6).
-
-    n_dims (m) = 50 and sigma2 = 1/m are the paper's defaults (section 11.6); c0 defaults to 0.05 V
-    and the step size rho_t = (t0 + t)^-kappa to Bayesian NMF's (``BNMFConfig``). A document's local
-    Newton iteration stops when u_d moves by less than ``local_tol`` or after ``max_steps`` steps.
+class CNMFConfig(TopicModelConfig):
+    """Settings of a correlated NMF fit (SPEC 3.6): the topic models' (``TopicModelConfig``) plus the
+    latent space, n_dims (m) = 50 and sigma2 = 1/m by default (paper 002 section 11.6). A document's
+    local Newton iteration stops when u_d moves by less than ``local_tol`` or after ``max_steps`` steps.
     """
 
-    n_topics: int = 20
     n_dims: int = 50
     sigma2: float | None = None
-    mode: str = "svi"
-    batch_size: int = 1000
-    passes: int = 1
-    max_iter: int = 200
-    tol: float = 1e-6
-    seed: int = 0
-    c0: float | None = None
-    kappa: float = 0.51
-    t0: float = 1.0
     local_tol: float = 1e-4
     max_steps: int = 50
-    chunk_rows: int = 500
-    eval_every: int = 10
-    eval_docs: int = 1000
-    checkpoint_every: int = 20
-    split: str | None = "heldout"
 
     def check(self) -> None:
         """Refuse settings that cannot work, naming the setting."""
-        if self.mode not in ("batch", "svi"):
-            raise UserError(f"mode must be 'batch' or 'svi', got {self.mode!r}")
-        require_counts(self, ("n_topics", "n_dims", "batch_size", "passes", "max_iter", "max_steps", "chunk_rows",
-                              "eval_every", "checkpoint_every"))
-        require_positive(self, ("sigma2", "c0", "local_tol", "t0"))
-        if not 0.5 < self.kappa <= 1.0:
-            raise UserError(f"kappa must be in (0.5, 1], got {self.kappa}")
+        super().check()
+        require_counts(self, ("n_dims", "max_steps"))
+        require_positive(self, ("sigma2",))
 
     def local_settings(self) -> cnmf.LocalSettings:
         return cnmf.LocalSettings(self.local_tol, self.max_steps)
