@@ -292,25 +292,35 @@ def weight_log_prior(W: np.ndarray, w0: float, phi: float) -> float:
     return float(0.5 * W.size * math.log(phi / (2.0 * math.pi)) - 0.5 * phi * np.sum((W - w0) ** 2))
 
 
-def elliptical_slice(f: np.ndarray, mean: np.ndarray | float, scale: float, log_lik: Callable[[np.ndarray], float],
-                     rng: np.random.Generator, current: float | None = None) -> tuple[np.ndarray, float]:
+def elliptical_slice(f: np.ndarray, mean: np.ndarray | float, scale: float,
+                     log_lik: Callable[[np.ndarray], np.ndarray], rng: np.random.Generator,
+                     current: float | None = None, batch: int = 1) -> tuple[np.ndarray, float]:
     """One elliptical slice sampling update (Murray, Adams & MacKay 2010) of f with prior N(mean, scale^2 I).
 
-    Tuning-free sampler for W under the logistic and Poisson models (SPEC 3.7). Returns the new f
-    and its log likelihood.
+    Tuning-free sampler for W under the logistic and Poisson models (SPEC 3.7). ``log_lik`` maps a
+    stack of candidates (B, *f.shape) to their log likelihoods (B,). The angles tried while the
+    bracket shrinks depend only on the random draws, never on the likelihood values, so ``batch``
+    successive angles (those tried if the earlier ones fall below the slice) are evaluated in one
+    call and the first above the slice is taken: the same transition as trying them one by one,
+    with fewer calls (a distributed log likelihood costs one round of tasks per call). Returns the
+    new f and its log likelihood.
     """
-    current = log_lik(f) if current is None else current
+    current = float(log_lik(f[None])[0]) if current is None else current
     nu = scale * rng.standard_normal(np.shape(f))
     threshold = current + math.log(rng.random())
     angle = rng.uniform(0.0, 2.0 * math.pi)
     low, high = angle - 2.0 * math.pi, angle
     while True:
-        proposal = mean + (f - mean) * math.cos(angle) + nu * math.sin(angle)
-        value = log_lik(proposal)
-        if value > threshold:
-            return proposal, value
-        low, high = (angle, high) if angle < 0 else (low, angle)
-        angle = rng.uniform(low, high)
+        angles = []
+        for _ in range(batch):
+            angles.append(angle)
+            low, high = (angle, high) if angle < 0 else (low, angle)
+            angle = rng.uniform(low, high)
+        proposals = np.stack([mean + (f - mean) * math.cos(a) + nu * math.sin(a) for a in angles])
+        values = np.asarray(log_lik(proposals))
+        above = np.flatnonzero(values > threshold)
+        if above.size:
+            return proposals[above[0]], float(values[above[0]])
 
 
 # ----- precisions (section 3.1) -----

@@ -12,7 +12,8 @@ of X^T, built on the workers from the row panels). One engine step is one sweep:
    are exact, so the sampler is). Features no row uses are dropped.
 2. V side: the same on the column panels, with W^T and U.
 3. W | U, V: Gaussian from tree-reduced A^T A, A^T x (Gaussian model), else ``ess_steps``
-   elliptical slice updates whose log likelihoods are tree-reduced over the row panels.
+   elliptical slice updates whose log likelihoods are summed over the row panels, ``ess_batch``
+   candidate angles per round of tasks (``bmf.elliptical_slice``).
 4. phi, theta, alpha and lambda from their conjugate Gamma(``hyper_shape``, ``hyper_rate``)
    conditionals, unless ``learn_hyper`` is off.
 
@@ -71,6 +72,7 @@ class BMFConfig:
     hyper_shape: float = 1.0
     hyper_rate: float = 1.0
     ess_steps: int = 5
+    ess_batch: int = 8
     panel_rows: int = 100
     panel_cols: int = 32
     split: str | None = "heldout"
@@ -79,7 +81,7 @@ class BMFConfig:
     def check(self) -> None:
         if self.likelihood not in bmf.LIKELIHOODS:
             raise UserError(f"likelihood must be one of {', '.join(bmf.LIKELIHOODS)}, got {self.likelihood!r}")
-        require_counts(self, ("sweeps", "ess_steps", "panel_rows", "panel_cols", "checkpoint_every"))
+        require_counts(self, ("sweeps", "ess_steps", "ess_batch", "panel_rows", "panel_cols", "checkpoint_every"))
         require_counts(self, tuple(n for n in ("finite_k", "finite_l") if getattr(self, n) is not None))
         require_positive(self, ("alpha", "lam", "beta", "phi", "theta", "hyper_shape", "hyper_rate"))
         if not 0 <= self.burn_in < self.sweeps:
@@ -126,8 +128,9 @@ def weight_stats_task(rows: DenseRows, U: np.ndarray, V: np.ndarray) -> dict:
     return bmf.weight_stats(rows.X, rows.mask, U, V)
 
 
-def log_lik_task(rows: DenseRows, U: np.ndarray, W: np.ndarray, V: np.ndarray, model: bmf.Observation) -> float:
-    return bmf.log_likelihood(model.likelihood, rows.X, rows.mask, U @ W @ V.T, model.theta)
+def log_lik_task(rows: DenseRows, U: np.ndarray, Ws: np.ndarray, V: np.ndarray, model: bmf.Observation) -> np.ndarray:
+    """The panel's log likelihood at each candidate W of the stack Ws (B x K x L)."""
+    return np.array([bmf.log_likelihood(model.likelihood, rows.X, rows.mask, U @ W @ V.T, model.theta) for W in Ws])
 
 
 def accumulate_task(total: np.ndarray, U: np.ndarray, W: np.ndarray, V: np.ndarray, likelihood: str) -> np.ndarray:
@@ -250,18 +253,18 @@ class BMFDriver:
         gathered = dict(zip(futures, ex.gather(list(futures.values()))))
         return [gathered.get(q, Z) for q, Z in enumerate(Zs)]
 
-    def _panel_log_lik(self, W: np.ndarray) -> float:
-        """log p(X | U, V, W) over the observed training entries: one scalar per row panel, summed in panel
-        order on the client (one round of tasks per evaluation; elliptical slice sampling needs several)."""
+    def _panel_log_lik(self, Ws: np.ndarray) -> np.ndarray:
+        """log p(X | U, V, W) over the observed training entries for each W of the stack Ws: one vector per
+        row panel, added in panel order (one round of tasks per call; elliptical slice sampling needs a few)."""
         V = self.full("v")
-        parts = [self.executor.submit(log_lik_task, p, U, W, V, self.model) for p, U in zip(self.rows, self.U)]
-        return math.fsum(self.executor.gather(parts))
+        parts = [self.executor.submit(log_lik_task, p, U, Ws, V, self.model) for p, U in zip(self.rows, self.U)]
+        return np.sum(self.executor.gather(parts), axis=0)
 
     def _update_weights(self, step: int) -> tuple[float, dict | None]:
         """W | rest (module docstring, step 3); returns the new log likelihood and the Gaussian statistics."""
         rng = stream(self.config.seed, "bmf-w", step)
         if self.W.size == 0:
-            return self._panel_log_lik(self.W), None
+            return float(self._panel_log_lik(self.W[None])[0]), None
         if self.config.likelihood == "gaussian":
             V = self.full("v")
             stats = self.executor.gather(tree_reduce(self.executor, [
@@ -272,7 +275,7 @@ class BMFDriver:
         log_lik = None
         for _ in range(self.config.ess_steps):
             self.W, log_lik = bmf.elliptical_slice(self.W, self.config.w0, 1.0 / math.sqrt(self.phi),
-                                                   self._panel_log_lik, rng, log_lik)
+                                                   self._panel_log_lik, rng, log_lik, self.config.ess_batch)
         return log_lik, None
 
     def _update_hyper(self, step: int, stats: dict | None) -> None:

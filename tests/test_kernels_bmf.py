@@ -99,32 +99,34 @@ def test_singleton_move_leaves_the_exact_posterior_of_the_number_of_new_features
     assert 0.5 * np.abs(counts / counts.sum() - exact).sum() < 0.03
 
 
-def _ess_moments(log_lik, mean, scale, steps, rng):
+def _ess_moments(log_lik, mean, scale, steps, rng, batch):
     f, value, draws = np.array(mean, float), None, []
     for _ in range(steps):
-        f, value = bmf.elliptical_slice(f, mean, scale, log_lik, rng, value)
+        f, value = bmf.elliptical_slice(f, mean, scale, lambda F: [log_lik(c) for c in F], rng, value, batch)
         draws.append(f.copy())
     return np.array(draws)
 
 
-def test_elliptical_slice_sampling_matches_a_gaussian_posterior_in_two_dimensions():
+@pytest.mark.parametrize("batch", [1, 6])
+def test_elliptical_slice_sampling_matches_a_gaussian_posterior_in_two_dimensions(batch):
     rng = np.random.default_rng(6)
     mu, s = np.array([0.5, -1.0]), 1.3
     y, noise = np.array([1.2, 0.4]), np.array([[0.5, 0.2], [0.2, 0.8]])
     prec = np.linalg.inv(noise)
-    draws = _ess_moments(lambda f: -0.5 * (y - f) @ prec @ (y - f), mu, s, 20000, rng)
+    draws = _ess_moments(lambda f: -0.5 * (y - f) @ prec @ (y - f), mu, s, 12000, rng, batch)
     cov = np.linalg.inv(np.eye(2) / s ** 2 + prec)
     mean = cov @ (mu / s ** 2 + prec @ y)
     np.testing.assert_allclose(draws.mean(axis=0), mean, atol=0.05)
     np.testing.assert_allclose(np.cov(draws.T), cov, atol=0.05)
 
 
-def test_elliptical_slice_sampling_matches_a_logistic_posterior_in_one_dimension():
+@pytest.mark.parametrize("batch", [1, 6])
+def test_elliptical_slice_sampling_matches_a_logistic_posterior_in_one_dimension(batch):
     rng = np.random.default_rng(7)
     labels = np.array([1.0, 1.0, 0.0, 1.0])
     def log_lik(f):
         return float(np.sum(labels * log_expit(f) + (1 - labels) * log_expit(-f)))
-    draws = _ess_moments(log_lik, 0.5, 1.5, 20000, rng)
+    draws = _ess_moments(log_lik, np.array([0.5]), 1.5, 12000, rng, batch)
     grid = np.linspace(-12, 12, 20001)
     log_post = np.array([log_lik(g) for g in grid]) - 0.5 * ((grid - 0.5) / 1.5) ** 2
     weights = np.exp(log_post - log_post.max())
