@@ -21,6 +21,7 @@ from buffet.pipeline import bmf_outputs
 from buffet.pipeline.blocks import MemoryRows
 from buffet.pipeline.bmf import BMFConfig, BMFDriver
 from buffet.pipeline.executors import DaskExecutor, SyncExecutor
+from buffet.pipeline.reproduce_bmf import nearest_bottom
 from buffet.pipeline.runs import fit_run, resume_run
 
 from test_particles_fit import _assert_same, _checkpoint, buffet
@@ -98,7 +99,7 @@ def stores(tmp_path_factory):
     """Bars (150 images, bottom halves of a quarter held out), small binary, count and real stores."""
     folder = tmp_path_factory.mktemp("bmf")
     bars = bars_data(150, np.random.default_rng(0), alpha=2.0)
-    paths = {name: folder / f"{name}.zarr" for name in ("bars", "binary", "counts", "real")}
+    paths = {name: folder / f"{name}.zarr" for name in ("bars", "binary", "counts-ok", "counts", "real")}
     ds = from_array(bars.X, paths["bars"], "real", rows_per_chunk=64)
     add_split(ds, "heldout", {"test_mask": bars.missing}, {"kind": "entries"})
     rng = np.random.default_rng(1)
@@ -108,13 +109,13 @@ def stores(tmp_path_factory):
     add_split(binary, "heldout", {"test_mask": rng.random(M.shape) < 0.2}, {"kind": "entries"})
     rate = np.exp(0.4 * M)
     counts = rng.poisson(rate).astype(float)
-    valid = from_array(counts, folder / "counts-ok.zarr", "counts")
+    valid = from_array(counts, paths["counts-ok"], "counts")
     add_split(valid, "heldout", {"test_mask": rng.random(M.shape) < 0.2}, {"kind": "entries"})
     counts[0, 0] = -1.0
     from_array(counts, paths["counts"], "real")
     real = from_array(M + rng.normal(size=M.shape), paths["real"], "real")
     add_split(real, "heldout", {"test_mask": rng.random(M.shape) < 0.2}, {"kind": "entries"})
-    return {"bars_data": bars, "rate": rate, "counts-ok": str(folder / "counts-ok.zarr"), **{k: str(v) for k, v in paths.items()}}
+    return {"bars_data": bars, "rate": rate, **{k: str(v) for k, v in paths.items()}}
 
 
 def test_bars_missing_halves_are_reconstructed(tmp_path, stores):
@@ -127,11 +128,9 @@ def test_bars_missing_halves_are_reconstructed(tmp_path, stores):
     missing = bars.missing
     rmse = np.sqrt(np.mean((pred[missing] - bars.clean[missing]) ** 2))
     zero = np.sqrt(np.mean(bars.clean[missing] ** 2))
-    complete, cut = ~missing.any(axis=1), np.flatnonzero(missing.any(axis=1))
-    top = (bars.X[complete][None, :, :32] - bars.X[cut][:, None, :32]) ** 2
-    nearest = bars.X[complete][np.argmin(top.sum(axis=2), axis=1)][:, 32:]
-    nn = np.sqrt(np.mean((nearest - bars.clean[cut][:, 32:]) ** 2))
-    assert rmse < 0.65 * zero and rmse < 0.8 * nn, (rmse, zero, nn)
+    cut = missing.any(axis=1)
+    nn = np.sqrt(np.mean((nearest_bottom(bars.X, missing) - bars.clean[cut][:, 32:]) ** 2))
+    assert rmse < 0.65 * zero and rmse < 0.8 * nn, (rmse, zero, nn)       # measured 1.46, 2.66, 2.08
     result = bmf_outputs.evaluate(run)
     assert result["heldout_entries"] == missing.sum() and result["rmse"] < 2.2   # noise sd is sqrt(2)
 
