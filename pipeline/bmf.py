@@ -263,15 +263,16 @@ class BMFDriver:
     def _update_weights(self, step: int) -> tuple[float, dict | None]:
         """W | rest (module docstring, step 3); returns the new log likelihood and the Gaussian statistics."""
         rng = stream(self.config.seed, "bmf-w", step)
-        if self.W.size == 0:
-            return float(self._panel_log_lik(self.W[None])[0]), None
         if self.config.likelihood == "gaussian":
             V = self.full("v")
             stats = self.executor.gather(tree_reduce(self.executor, [
                 self.executor.submit(weight_stats_task, p, U, V) for p, U in zip(self.rows, self.U)]))
-            with blas_controller().limit(limits=1, user_api="blas"):  # BLAS threads only contend on a shared client
-                self.W = bmf.sample_gaussian_w(stats, self.theta, self.phi, self.config.w0, *self.W.shape, rng)
+            if self.W.size:
+                with blas_controller().limit(limits=1, user_api="blas"):  # BLAS threads contend on a shared client
+                    self.W = bmf.sample_gaussian_w(stats, self.theta, self.phi, self.config.w0, *self.W.shape, rng)
             return bmf.gaussian_log_lik(stats, self.W, self.theta), stats
+        if self.W.size == 0:
+            return float(self._panel_log_lik(self.W[None])[0]), None
         log_lik = None
         for _ in range(self.config.ess_steps):
             self.W, log_lik = bmf.elliptical_slice(self.W, self.config.w0, 1.0 / math.sqrt(self.phi),
