@@ -152,15 +152,16 @@ class Observation:
 
 
 def entry_log_odds(x: np.ndarray, obs: np.ndarray, m: np.ndarray, g: np.ndarray, z: bool, prior_log_odds: float,
-                   model: Observation) -> tuple[float, np.ndarray]:
+                   model: Observation, current: float) -> tuple[float, np.ndarray, float]:
     """log P(u_ik = 1 | rest) / P(u_ik = 0 | rest) (paper eqs. 2-5): prior odds times row i's likelihood ratio.
 
-    m is row i's linear predictor at the current z = u_ik and g = (W V^T)_k; also returns the change
-    of m when u_ik flips.
+    m is row i's linear predictor at the current z = u_ik, ``current`` its log likelihood and
+    g = (W V^T)_k. Also returns the change of m when u_ik flips and the log likelihood after the flip.
     """
     flip = -g if z else g
-    delta = model.row(x, obs, m + flip) - model.row(x, obs, m)
-    return prior_log_odds + (-delta if z else delta), flip
+    flipped = model.row(x, obs, m + flip)
+    delta = flipped - current
+    return prior_log_odds + (-delta if z else delta), flip, flipped
 
 
 def resample_singletons(x: np.ndarray, obs: np.ndarray, m_base: np.ndarray, W_single: np.ndarray,
@@ -196,12 +197,14 @@ def collapsed_panel_sweep(X: np.ndarray, mask: np.ndarray, Z: np.ndarray, W: np.
     for i in range(Z.shape[0]):
         x, obs = X[i], mask[i]
         m = Z[i] @ G
+        current = model.row(x, obs, m)
         n_minus = counts - Z[i]
         for k in np.flatnonzero(n_minus > 0) if prior.infinite else range(Z.shape[1]):
-            log_odds, flip = entry_log_odds(x, obs, m, G[k], bool(Z[i, k]), prior.log_odds(n_minus[k], n_rows), model)
+            log_odds, flip, flipped = entry_log_odds(x, obs, m, G[k], bool(Z[i, k]),
+                                                     prior.log_odds(n_minus[k], n_rows), model, current)
             new = bool(logit_uniform(rng) < log_odds)
             if new != Z[i, k]:
-                Z[i, k], m = new, m + flip
+                Z[i, k], m, current = new, m + flip, flipped
         if prior.infinite:
             single = np.flatnonzero((n_minus == 0) & Z[i])
             W_single = W[single]

@@ -43,8 +43,9 @@ def test_entry_conditional_equals_the_ratio_of_enumerated_joints(likelihood, fin
             Uv[i, k] = value
             joint.append(prior.log_prob(Uv) + bmf.log_likelihood(likelihood, X, mask, Uv @ W @ V.T, 0.7))
         n_minus = U[:, k].sum() - U[i, k]
-        log_odds, _ = bmf.entry_log_odds(X[i], mask[i], U[i] @ W @ V.T, (W @ V.T)[k], bool(U[i, k]),
-                                         prior.log_odds(n_minus, 4), model)
+        m = U[i] @ W @ V.T
+        log_odds, _, _ = bmf.entry_log_odds(X[i], mask[i], m, (W @ V.T)[k], bool(U[i, k]), prior.log_odds(n_minus, 4),
+                                            model, model.row(X[i], mask[i], m))
         assert log_odds == pytest.approx(joint[1] - joint[0])
 
 
