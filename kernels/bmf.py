@@ -231,13 +231,16 @@ def conditional_panel_sweep(X: np.ndarray, mask: np.ndarray, Z: np.ndarray, W: n
     Z = Z.copy()
     G = W @ other.T
     M = Z @ G
+    current = model.rows(X, mask, M)
     for k in np.flatnonzero(active):
         flip = np.where(Z[:, k], -1.0, 1.0)[:, None] * G[k]
-        delta = model.rows(X, mask, M + flip) - model.rows(X, mask, M)
+        flipped = model.rows(X, mask, M + flip)
+        delta = flipped - current
         log_odds = math.log(pi[k]) - math.log1p(-pi[k]) + np.where(Z[:, k], -delta, delta)
         new = logit_uniform(rng, Z.shape[0]) < log_odds
         changed = new != Z[:, k]
         M[changed] += flip[changed]
+        current[changed] = flipped[changed]
         Z[:, k] = new
     return Z
 
