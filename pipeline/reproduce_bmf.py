@@ -22,6 +22,7 @@ from pathlib import Path
 
 import numpy as np
 
+from buffet.data.errors import UserError
 from buffet.kernels.bmf_data import bars_data
 from buffet.pipeline import reproduce
 from buffet.pipeline.bmf import BMFConfig, BMFDriver
@@ -110,8 +111,11 @@ def run_bars(out_dir: Path, seeds: int, quick: bool) -> list[Path]:
 
 def digits_data(per_digit: int) -> np.ndarray:
     """``per_digit`` images each of the digits 1, 2, 3 of scikit-learn's 8x8 digits, binarised (> 7 of 16)."""
-    from sklearn.datasets import load_digits
-
+    try:
+        from sklearn.datasets import load_digits
+    except ImportError:
+        raise UserError("the bmf-digits experiment needs scikit-learn's bundled digits "
+                        "(pip install 'buffet[datasets]')") from None
     digits = load_digits()
     picks = [np.flatnonzero(digits.target == d)[:per_digit] for d in (1, 2, 3)]
     return (digits.data[np.concatenate(picks)] > 7).astype(np.float64)
