@@ -33,7 +33,7 @@ from typing import Callable
 
 import numpy as np
 from scipy.linalg import cho_factor, cho_solve, solve_triangular
-from scipy.special import gammaln, log_expit
+from scipy.special import expit, gammaln, log_expit
 
 LIKELIHOODS = ("gaussian", "logistic", "poisson")
 
@@ -180,10 +180,29 @@ def resample_singletons(x: np.ndarray, obs: np.ndarray, m_base: np.ndarray, W_si
     return W_new if math.log(rng.random()) < proposed - current else W_single
 
 
+def multi_feature_move(X: np.ndarray, mask: np.ndarray, Z: np.ndarray, G: np.ndarray, P: np.ndarray,
+                       eligible: np.ndarray, size: int, model: Observation, rng: np.random.Generator) -> np.ndarray:
+    """Metropolis-Hastings on several features of each row at once (paper section 3.3, SPEC 3.7 larger moves).
+
+    ``size`` features drawn at random from ``eligible`` have their entries in every row redrawn
+    independently from their conditional priors P (R x K, P(u_ik = 1 | the other rows)); as the
+    proposal is the conditional prior, each row accepts with its likelihood ratio. Returns Z.
+    """
+    if size == 0 or eligible.size == 0:
+        return Z
+    subset = rng.choice(eligible, size=min(size, eligible.size), replace=False)
+    proposal = Z.copy()
+    proposal[:, subset] = rng.random((Z.shape[0], subset.size)) < P[:, subset]
+    log_ratio = model.rows(X, mask, proposal @ G) - model.rows(X, mask, Z @ G)
+    return np.where((np.log(rng.random(Z.shape[0])) < log_ratio)[:, None], proposal, Z)
+
+
 def collapsed_panel_sweep(X: np.ndarray, mask: np.ndarray, Z: np.ndarray, W: np.ndarray, other: np.ndarray,
                           counts_rest: np.ndarray, n_rows: int, prior: BinaryPrior, model: Observation,
-                          w0: float, phi: float, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
-    """Gibbs for every u_ik with n_{-i,k} > 0 and, for the IBP, the singleton move of every row (eqs. 2-8).
+                          w0: float, phi: float, rng: np.random.Generator,
+                          move_size: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    """Gibbs for every u_ik with n_{-i,k} > 0, a ``multi_feature_move`` of ``move_size`` of those features
+    and, for the IBP, the singleton move, row by row (eqs. 2-8, section 3.3).
 
     X, mask: the panel's rows (R x J); Z (R x K) their features; W (K x L) the side's weights;
     other (J x L); counts_rest (K,) the column counts of the rows outside the panel; n_rows = I.
@@ -205,6 +224,11 @@ def collapsed_panel_sweep(X: np.ndarray, mask: np.ndarray, Z: np.ndarray, W: np.
             new = bool(logit_uniform(rng) < log_odds)
             if new != Z[i, k]:
                 Z[i, k], m, current = new, m + flip, flipped
+        shared = np.flatnonzero(n_minus > 0) if prior.infinite else np.arange(n_minus.size)
+        P = np.zeros((1, n_minus.size))
+        P[0, shared] = expit(prior.log_odds(n_minus[shared], n_rows))
+        Z[i:i + 1] = multi_feature_move(X[i:i + 1], mask[i:i + 1], Z[i:i + 1], G, P, shared, move_size, model, rng)
+        m = Z[i] @ G
         if prior.infinite:
             single = np.flatnonzero((n_minus == 0) & Z[i])
             W_single = W[single]
@@ -222,11 +246,12 @@ def collapsed_panel_sweep(X: np.ndarray, mask: np.ndarray, Z: np.ndarray, W: np.
 
 def conditional_panel_sweep(X: np.ndarray, mask: np.ndarray, Z: np.ndarray, W: np.ndarray, other: np.ndarray,
                             pi: np.ndarray, active: np.ndarray, model: Observation,
-                            rng: np.random.Generator) -> np.ndarray:
+                            rng: np.random.Generator, move_size: int = 0) -> np.ndarray:
     """Gibbs for u_ik, k in ``active``, given pi_k (SPEC 3.7 distribution): rows are independent.
 
     Prior odds pi_k / (1 - pi_k) times row i's likelihood ratio; one pass over the active features,
-    each vectorised over the panel's rows. Returns the new Z.
+    each vectorised over the panel's rows, then a ``multi_feature_move`` of ``move_size`` active
+    features with P(u_ik = 1) = pi_k. Returns the new Z.
     """
     Z = Z.copy()
     G = W @ other.T
@@ -242,7 +267,8 @@ def conditional_panel_sweep(X: np.ndarray, mask: np.ndarray, Z: np.ndarray, W: n
         M[changed] += flip[changed]
         current[changed] = flipped[changed]
         Z[:, k] = new
-    return Z
+    P = np.broadcast_to(pi, Z.shape)
+    return multi_feature_move(X, mask, Z, G, P, np.flatnonzero(active), move_size, model, rng)
 
 
 # ----- W given U and V (section 3.1) -----

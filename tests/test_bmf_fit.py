@@ -50,12 +50,13 @@ def _samples(config, X, mask, burn=100):
 
 def test_designated_panel_ibp_sampler_matches_the_enumerated_posterior():
     """IBP on both sides, three row panels and two column panels (rotating designated panel, the others
-    given pi): E[UU^T], E[VV^T] and P(K+) equal enumeration over classes with K+, L+ <= 3 (W integrated)."""
+    given pi; multi-feature moves on): E[UU^T], E[VV^T] and P(K+) equal enumeration over classes with
+    K+, L+ <= 3 (W integrated)."""
     X = np.array([[1.8, 0.1], [2.1, -0.3], [0.2, 0.3]])
     mask = np.ones(X.shape, bool)
     mask[2, 1] = False
-    config = BMFConfig(sweeps=5000, alpha=0.8, lam=0.8, theta=2.0, phi=1.0, learn_hyper=False, panel_rows=1,
-                       panel_cols=1, seed=1)
+    config = BMFConfig(sweeps=6000, alpha=0.8, lam=0.8, theta=2.0, phi=1.0, learn_hyper=False, move_size=2,
+                       panel_rows=1, panel_cols=1, seed=1)
     prior_u, prior_v = config.priors(0.8, 0.8)
     states = [(U, V) for U in enumerate_ibp_classes(3, 3) for V in enumerate_ibp_classes(2, 3)]
     log_p = np.array([prior_u.log_prob(U) + prior_v.log_prob(V) + _log_marginal(X, mask, U, V, 2.0, 1.0, 0.0)
@@ -73,11 +74,12 @@ def test_designated_panel_ibp_sampler_matches_the_enumerated_posterior():
 
 
 def test_finite_sampler_matches_the_enumerated_posterior_in_total_variation():
-    """Finite Beta-Bernoulli priors (K = 2, L = 1), every row and column its own panel: the law of (U, V)."""
+    """Finite Beta-Bernoulli priors (K = 2, L = 1), every row and column its own panel, multi-feature moves on:
+    the law of (U, V)."""
     X = np.array([[1.5, 0.2], [1.1, -0.4]])
     mask = np.ones(X.shape, bool)
-    config = BMFConfig(sweeps=5000, finite_k=2, finite_l=1, theta=2.0, phi=1.0, w0=0.2, learn_hyper=False,
-                       panel_rows=1, panel_cols=1, seed=3)
+    config = BMFConfig(sweeps=6000, finite_k=2, finite_l=1, theta=2.0, phi=1.0, w0=0.2, learn_hyper=False,
+                       move_size=2, panel_rows=1, panel_cols=1, seed=3)
     prior_u, prior_v = config.priors(1.0, 1.0)
     exact = {}
     for bits in itertools.product([False, True], repeat=6):
@@ -165,7 +167,7 @@ def test_same_seed_gives_the_same_chain_on_1_and_2_workers_and_resumes(tmp_path,
 
 def test_cli_fit_evaluate_export_report(tmp_path, stores):
     buffet("fit", "bmf", stores["real"], "--out", tmp_path / "run", "--sweeps", 20, "--burn-in", 5, "--seed", 2,
-           "--panel-rows", 16, "--workers", 2, "--quiet")
+           "--panel-rows", 16, "--workers", 2, "--worker-kind", "threads", "--quiet")
     result = json.loads(buffet("evaluate", tmp_path / "run", "--json", "--workers", 1, "--worker-kind", "threads",
                                "--quiet"))
     assert result["likelihood"] == "gaussian" and result["retained_sweeps"] == 15

@@ -149,3 +149,23 @@ def test_conditional_panel_sweep_draws_rows_from_their_pi_conditional():
                                       np.array([True, True, False]), model, rng)
     np.testing.assert_allclose(out[:, :2].mean(axis=0), [0.2, 0.7], atol=0.03)
     assert out[:, 2].all()
+
+
+@pytest.mark.parametrize("likelihood", ["gaussian", "poisson"])
+def test_multi_feature_move_leaves_the_row_posterior_invariant(likelihood):
+    """Rows drawn from p(z) prod Bern(z_k; P_k) p(x | z) stay so distributed after one move (section 3.3)."""
+    rng = np.random.default_rng(9)
+    G, x = rng.normal(size=(4, 3)), np.array([[0.8, 2.0, 1.0]])
+    P, model = np.array([[0.3, 0.6, 0.5, 0.2]]), bmf.Observation(likelihood, 1.5)
+    states = ((np.arange(16)[:, None] >> np.arange(4)) & 1).astype(bool)
+    log_p = (states * np.log(P) + ~states * np.log1p(-P)).sum(axis=1) + model.rows(
+        np.repeat(x, 16, axis=0), np.ones((16, 3), bool), states @ G)
+    exact = np.exp(log_p - log_p.max())
+    exact /= exact.sum()
+    n = 40000
+    Z = states[rng.choice(16, size=n, p=exact)]
+    for _ in range(3):
+        Z = bmf.multi_feature_move(np.repeat(x, n, axis=0), np.ones((n, 3), bool), Z, G, np.repeat(P, n, axis=0),
+                                   np.array([0, 1, 3]), 2, model, rng)
+    after = np.bincount(Z @ (1 << np.arange(4)), minlength=16) / n
+    assert 0.5 * np.abs(after - exact).sum() < 0.02
