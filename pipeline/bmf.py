@@ -27,19 +27,18 @@ posterior predictive mean of every entry, held-out ones included (section 3.4).
 
 from __future__ import annotations
 
-import functools
 import math
 import time
 from dataclasses import dataclass
 
 import numpy as np
-from threadpoolctl import ThreadpoolController
 
 from buffet.data.errors import InputError, UserError
 from buffet.data.store import DenseRows, check_values
 from buffet.kernels import bmf
 from buffet.kernels.ibp_prior import sample_ibp
 from buffet.pipeline.blocks import Source, resolve, row_ranges
+from buffet.pipeline.cluster import single_threaded_blas
 from buffet.pipeline.executors import Executor, tree_reduce
 from buffet.pipeline.imf import load_training_rows
 from buffet.pipeline.runstore import RunStore
@@ -276,7 +275,7 @@ class BMFDriver:
             stats = self.executor.gather(tree_reduce(self.executor, [
                 self.executor.submit(weight_stats_task, p, U, V) for p, U in zip(self.rows, self.U)]))
             if self.W.size:
-                with blas_controller().limit(limits=1, user_api="blas"):  # BLAS threads contend on a shared client
+                with single_threaded_blas():  # BLAS threads contend on a shared client
                     self.W = bmf.sample_gaussian_w(stats, self.theta, self.phi, self.config.w0, *self.W.shape, rng)
             return bmf.gaussian_log_lik(stats, self.W, self.theta), stats
         if self.W.size == 0:
@@ -328,12 +327,6 @@ class BMFDriver:
             setattr(self, name, float(arrays[name]))
         self.retained = int(self.retained)
         self.pred = [self.executor.submit(np.array, part) for part in split_rows(arrays["pred_sum"], self.row_bounds)]
-
-
-@functools.lru_cache(maxsize=1)
-def blas_controller() -> ThreadpoolController:
-    """The process's BLAS thread pools, inspected once (``threadpool_limits`` re-inspects them at every call)."""
-    return ThreadpoolController()
 
 
 def split_rows(A: np.ndarray, bounds: list[tuple[int, int]]) -> list[np.ndarray]:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
 import os
 import sys
@@ -10,6 +11,7 @@ from typing import TYPE_CHECKING, Iterator
 
 if TYPE_CHECKING:
     import distributed
+    import threadpoolctl
 
 from buffet.data.errors import UserError
 
@@ -70,10 +72,16 @@ def local_cluster(workers: int | None, worker_kind: str, dashboard: bool) -> "di
         return LocalCluster(n_workers=workers, threads_per_worker=1, processes=True, **common)
 
 
+@functools.lru_cache(maxsize=1)
+def blas_controller() -> "threadpoolctl.ThreadpoolController":
+    """This process's BLAS thread pools, inspected once (``threadpool_limits`` re-inspects them at every call)."""
+    from threadpoolctl import ThreadpoolController
+
+    return ThreadpoolController()
+
+
 def single_threaded_blas() -> contextlib.AbstractContextManager:
     """BLAS limited to one thread in this process while task threads run, as Dask's nannies do for
     worker processes (OMP/OPENBLAS/MKL_NUM_THREADS=1): two task threads each calling a BLAS that
     starts threads of its own would oversubscribe the cores."""
-    from threadpoolctl import threadpool_limits
-
-    return threadpool_limits(limits=1, user_api="blas")
+    return blas_controller().limit(limits=1, user_api="blas")
