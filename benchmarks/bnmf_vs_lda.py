@@ -49,10 +49,10 @@ from common import (
 def run_buffet(args) -> dict:
     from buffet.data.store import Dataset
     from buffet.kernels import bnmf
-    from buffet.pipeline.blocks import read_row_set
-    from buffet.pipeline.bnmf import BNMFConfig, BNMFDriver, corpus_from_source
-    from buffet.pipeline.cluster import dask_client
-    from buffet.pipeline.executors import DaskExecutor
+    from buffet.pipeline.engine.blocks import read_row_set
+    from buffet.pipeline.models.bnmf import BNMFConfig, BNMFDriver, corpus_from_source
+    from buffet.pipeline.engine.cluster import dask_client
+    from buffet.pipeline.engine.executors import DaskExecutor
 
     config = BNMFConfig(n_topics=args.k, batch_size=args.batch_size, passes=1, seed=args.seed,
                         precision=args.precision, accelerate=args.accelerate,

@@ -24,7 +24,7 @@ import numpy as np
 
 from buffet.kernels.gibbs_linear_gaussian import LGGibbsState, gibbs_sweep
 from buffet.kernels.ibp_synthetic import image_data, zzt_error
-from buffet.pipeline.gibbs import LGGibbsConfig
+from buffet.pipeline.models.gibbs import LGGibbsConfig
 
 STUCK_ERROR = 1500.0
 WARM_UP = 20

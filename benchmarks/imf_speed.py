@@ -32,9 +32,9 @@ from scipy.special import log_ndtr, ndtri_exp
 
 from buffet.data.arrays import from_array
 from buffet.kernels.ibp_images import base_error, make_images
-from buffet.pipeline.executors import SyncExecutor
-from buffet.pipeline.fitloop import run_loop
-from buffet.pipeline.imf import IMFConfig, IMFDriver, INMFConfig
+from buffet.pipeline.engine.executors import SyncExecutor
+from buffet.pipeline.engine.fitloop import run_loop
+from buffet.pipeline.models.imf import IMFConfig, IMFDriver, INMFConfig
 
 TARGET_ERROR = 0.0075
 TRUNC_BURN_IN = 200

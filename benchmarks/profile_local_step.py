@@ -60,8 +60,8 @@ def topics_for(store: str) -> Path:
         return path
     import numpy as np
     from buffet.kernels import bnmf
-    from buffet.pipeline.bnmf import BNMFConfig, BNMFDriver, corpus_from_source
-    from buffet.pipeline.executors import SyncExecutor
+    from buffet.pipeline.models.bnmf import BNMFConfig, BNMFDriver, corpus_from_source
+    from buffet.pipeline.engine.executors import SyncExecutor
 
     drv = BNMFDriver(BNMFConfig(n_topics=100, batch_size=1000, chunk_rows=500),
                      corpus_from_source(store, "heldout"), SyncExecutor())

@@ -18,11 +18,11 @@ from typing import Iterator, Sequence
 import numpy as np
 
 from buffet.data.errors import UserError
-from buffet.pipeline import bnmf_outputs
-from buffet.pipeline.cluster import WORKER_KINDS, dask_client
-from buffet.pipeline.executors import DaskExecutor, Executor
-from buffet.pipeline.runs import config_from, fit_run, models, resume_run, spec_for
-from buffet.pipeline.runstore import RunStore
+from buffet.pipeline.reports import bnmf as bnmf_outputs
+from buffet.pipeline.engine.cluster import WORKER_KINDS, dask_client
+from buffet.pipeline.engine.executors import DaskExecutor, Executor
+from buffet.pipeline.engine.runs import config_from, fit_run, models, resume_run, spec_for
+from buffet.pipeline.engine.runstore import RunStore
 
 FLAG_ALIASES = {"n_topics": ["--k"]}
 INGEST_FORMATS = ("uci", "ldac", "mtx", "ratings", "dense-ratings", "pairs")
@@ -223,14 +223,14 @@ def cmd_ingest(args: argparse.Namespace) -> None:
 
 
 def cmd_demo(args: argparse.Namespace) -> None:
-    from buffet.pipeline.demo import run_demo
+    from buffet.pipeline.experiments.demo import run_demo
 
     with executor_for(args, "bnmf") as ex:
         run_demo(Path(args.out), args.k, args.passes, ex, args.overwrite, args.quiet)
 
 
 def cmd_reproduce(args: argparse.Namespace) -> None:
-    from buffet.pipeline.reproduce import run_experiment
+    from buffet.pipeline.experiments.registry import run_experiment
 
     files = run_experiment(args.name, Path(args.out or f"reproduce-{args.name}"), args.seeds, args.quick,
                            {"jester": Path(args.jester) if args.jester else None})

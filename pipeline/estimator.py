@@ -21,13 +21,13 @@ import scipy.sparse as sp
 from buffet.data.errors import UserError
 from buffet.data.store import Dataset, check_values
 from buffet.kernels import bnmf
-from buffet.pipeline.blocks import MemoryRows
-from buffet.pipeline.bnmf import BNMFConfig, BNMFDriver, corpus_from_source
-from buffet.pipeline.bnmf_outputs import top_words, topic_word
-from buffet.pipeline.executors import DaskExecutor, Executor, SyncExecutor
-from buffet.pipeline.fitloop import run_loop
-from buffet.pipeline.runstore import RunStore
-from buffet.pipeline.seeds import stream
+from buffet.pipeline.engine.blocks import MemoryRows
+from buffet.pipeline.models.bnmf import BNMFConfig, BNMFDriver, corpus_from_source
+from buffet.pipeline.reports.bnmf import top_words, topic_word
+from buffet.pipeline.engine.executors import DaskExecutor, Executor, SyncExecutor
+from buffet.pipeline.engine.fitloop import run_loop
+from buffet.pipeline.engine.runstore import RunStore
+from buffet.pipeline.engine.seeds import stream
 
 
 def _counts(X) -> sp.csr_matrix:

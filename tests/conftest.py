@@ -27,7 +27,7 @@ def corpus_store(tmp_path_factory, model_corpus):
 def _client(workers, kind="processes"):
     from distributed import Client
 
-    from buffet.pipeline.cluster import local_cluster
+    from buffet.pipeline.engine.cluster import local_cluster
 
     cluster = local_cluster(workers, kind, dashboard=True)
     return cluster, Client(cluster)

@@ -17,12 +17,12 @@ from buffet.data.splits import add_split
 from buffet.data.store import Dataset
 from buffet.kernels.bmf_data import bars_data
 from buffet.kernels.ibp_prior import enumerate_ibp_classes
-from buffet.pipeline import bmf_outputs
-from buffet.pipeline.blocks import MemoryRows
-from buffet.pipeline.bmf import BMFConfig, BMFDriver
-from buffet.pipeline.executors import DaskExecutor, SyncExecutor
-from buffet.pipeline.reproduce_bmf import nearest_bottom
-from buffet.pipeline.runs import fit_run, resume_run
+from buffet.pipeline.reports import bmf as bmf_outputs
+from buffet.pipeline.engine.blocks import MemoryRows
+from buffet.pipeline.models.bmf import BMFConfig, BMFDriver
+from buffet.pipeline.engine.executors import DaskExecutor, SyncExecutor
+from buffet.pipeline.experiments.bmf import nearest_bottom
+from buffet.pipeline.engine.runs import fit_run, resume_run
 
 from test_particles_fit import _assert_same, _checkpoint, buffet
 

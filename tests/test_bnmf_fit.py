@@ -4,12 +4,12 @@ import numpy as np
 import pytest
 
 from buffet.data.errors import UserError
-from buffet.pipeline.bnmf import BNMFConfig
-from buffet.pipeline.bnmf_outputs import topic_word
+from buffet.pipeline.models.bnmf import BNMFConfig
+from buffet.pipeline.reports.bnmf import topic_word
 from buffet.pipeline.estimator import BayesianNMF
-from buffet.pipeline.executors import DaskExecutor, SyncExecutor
-from buffet.pipeline.runs import fit_run, resume_run
-from buffet.pipeline.runstore import RunStore
+from buffet.pipeline.engine.executors import DaskExecutor, SyncExecutor
+from buffet.pipeline.engine.runs import fit_run, resume_run
+from buffet.pipeline.engine.runstore import RunStore
 
 
 def _best_match_cosine(true_topics, learned_topics):

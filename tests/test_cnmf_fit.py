@@ -8,12 +8,12 @@ import pytest
 
 from buffet.data.arrays import from_array
 from buffet.data.splits import add_split, holdout_rows
-from buffet.pipeline.blocks import resolve
-from buffet.pipeline.cnmf import CNMFConfig
-from buffet.pipeline.cnmf_outputs import transform
-from buffet.pipeline.executors import SyncExecutor
-from buffet.pipeline.runs import fit_run, resume_run
-from buffet.pipeline.runstore import RunStore
+from buffet.pipeline.engine.blocks import resolve
+from buffet.pipeline.models.cnmf import CNMFConfig
+from buffet.pipeline.reports.cnmf import transform
+from buffet.pipeline.engine.executors import SyncExecutor
+from buffet.pipeline.engine.runs import fit_run, resume_run
+from buffet.pipeline.engine.runstore import RunStore
 from test_cli_bnmf import buffet, exported
 from test_kernels_cnmf import cnmf_corpus
 

@@ -9,11 +9,11 @@ from buffet.data.arrays import from_array
 from buffet.data.store import Dataset
 from buffet.kernels import gibbs_linear_gaussian as lg_gibbs
 from buffet.kernels.ibp_synthetic import image_data, noisy_or_data
-from buffet.pipeline.executors import DaskExecutor, SyncExecutor
-from buffet.pipeline.gibbs import LGGibbsConfig, NoisyORGibbsConfig
-from buffet.pipeline.ibp_outputs import add_true_z
-from buffet.pipeline.runs import fit_run, resume_run
-from buffet.pipeline.seeds import stream
+from buffet.pipeline.engine.executors import DaskExecutor, SyncExecutor
+from buffet.pipeline.models.gibbs import LGGibbsConfig, NoisyORGibbsConfig
+from buffet.pipeline.reports.ibp import add_true_z
+from buffet.pipeline.engine.runs import fit_run, resume_run
+from buffet.pipeline.engine.seeds import stream
 
 from test_particles_fit import _assert_same, _checkpoint, buffet
 

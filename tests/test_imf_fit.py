@@ -11,9 +11,9 @@ from buffet.data.arrays import from_array
 from buffet.data.splits import add_split, holdout_entries
 from buffet.kernels import imf, inmf
 from buffet.kernels.ibp_images import make_images
-from buffet.pipeline.executors import DaskExecutor, SyncExecutor
-from buffet.pipeline.imf import IMFConfig, INMFConfig
-from buffet.pipeline.runs import fit_run, resume_run
+from buffet.pipeline.engine.executors import DaskExecutor, SyncExecutor
+from buffet.pipeline.models.imf import IMFConfig, INMFConfig
+from buffet.pipeline.engine.runs import fit_run, resume_run
 
 
 @pytest.fixture(scope="module")
@@ -89,7 +89,7 @@ def test_cli_fit_evaluate_report(tmp_path, image_store):
     buffet("fit", "imf", image_store, "--out", tmp_path / "run", "--max-k", 6, "--workers", 2, "--quiet")
     result = json.loads(buffet("evaluate", tmp_path / "run", "--json", "--workers", 1, "--quiet"))
     # 4 true images; growth with the default 3 candidates per step ends at K+ = 5 on this draw (the
-    # greedy path through a better K+ = 2 state misses the best K+ = 4 state; see pipeline/imf.py)
+    # greedy path through a better K+ = 2 state misses the best K+ = 4 state; see pipeline/models/imf.py)
     assert result["k_plus"] in (4, 5) and result["heldout_entries"] == 216
     assert result["rmse"] < 0.85  # the noise standard deviation is 0.71
     files = buffet("report", tmp_path / "run", "--out", tmp_path / "report").split()
@@ -101,8 +101,8 @@ def test_cli_fit_evaluate_report(tmp_path, image_store):
 def test_a_run_stopped_as_growth_starts_evaluates_its_best_state(tmp_path, image_store):
     """Stopping at a converging step leaves q(z) with the next candidate's extra column; outputs use
     the best converged state instead."""
-    from buffet.pipeline import imf_outputs
-    from buffet.pipeline.runstore import RunStore
+    from buffet.pipeline.reports import imf as imf_outputs
+    from buffet.pipeline.engine.runstore import RunStore
 
     config = IMFConfig(max_k=4, chunk_rows=20)
     whole = fit_run("imf", image_store, tmp_path / "whole", config, SyncExecutor(), quiet=True)

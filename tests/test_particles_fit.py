@@ -13,12 +13,12 @@ from buffet.data.store import Dataset
 from buffet.kernels.ibp_prior import class_key, left_order
 from buffet.kernels.ibp_synthetic import image_data, noisy_or_data
 from buffet.kernels.resampling import concatenate_blocks, normalise_log_weights, select_particles, systematic_resample
-from buffet.pipeline import ibp_summary
-from buffet.pipeline.executors import DaskExecutor, SyncExecutor
-from buffet.pipeline.ibp_outputs import add_true_z
-from buffet.pipeline.particles import LGParticleConfig, NoisyORParticleConfig, block_bounds
-from buffet.pipeline.runs import fit_run, resume_run
-from buffet.pipeline.seeds import stream
+from buffet.pipeline.models import ibp_summary as ibp_summary
+from buffet.pipeline.engine.executors import DaskExecutor, SyncExecutor
+from buffet.pipeline.reports.ibp import add_true_z
+from buffet.pipeline.models.particles import LGParticleConfig, NoisyORParticleConfig, block_bounds
+from buffet.pipeline.engine.runs import fit_run, resume_run
+from buffet.pipeline.engine.seeds import stream
 
 CONFIGS = {"pf-linear-gaussian": LGParticleConfig(particles=60, blocks=3, sigma_x=0.5, seed=3),
            "pf-noisy-or": NoisyORParticleConfig(particles=60, blocks=3, alpha=3.0, seed=3)}

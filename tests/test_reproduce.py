@@ -9,11 +9,11 @@ from buffet.data.arrays import from_array
 from buffet.data.splits import add_split, holdout_entries
 from buffet.kernels import baselines, imf
 from buffet.kernels.ibp_images import make_images
-from buffet.pipeline import reproduce_ibp
+from buffet.pipeline.experiments import ibp_images as reproduce_ibp
 from buffet.pipeline.cli import main
-from buffet.pipeline.imf import OFFSET_SWEEPS, IMFConfig
-from buffet.pipeline.imf_outputs import auc
-from buffet.pipeline.reproduce_common import fit_engine, write_store
+from buffet.pipeline.models.imf import OFFSET_SWEEPS, IMFConfig
+from buffet.pipeline.reports.imf import auc
+from buffet.pipeline.experiments.common import fit_engine, write_store
 
 EXPECTED_FILES = {
     "ibp-evidence": ("ibp_evidence.md", "ibp_evidence.csv", "ibp_evidence.png"),
@@ -113,7 +113,7 @@ def test_imf_offsets_in_the_driver_equal_offsets_then_the_in_memory_reference(tm
 
 
 def test_role_mining_reports_imf_choices_under_one_name():
-    from buffet.pipeline.reproduce_roles import chosen_caps, method_family
+    from buffet.pipeline.experiments.role_mining import chosen_caps, method_family
 
     labels = ["IMF + offsets (K+ <= 4)", "IMF (K+ <= 2)", "IMF + offsets (K+ <= 4)"]
     assert {method_family(label) for label in labels} == {"IMF"}

@@ -2,7 +2,7 @@
 
 import pytest
 
-from buffet.pipeline.reproduce import run_experiment
+from buffet.pipeline.experiments.registry import run_experiment
 
 
 @pytest.mark.parametrize("name, stem, column", [("bmf-bars", "bmf_bars", "BMF posterior mean"),

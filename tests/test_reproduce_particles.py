@@ -2,8 +2,8 @@
 
 import pytest
 
-from buffet.pipeline.reproduce import run_experiment
-from buffet.pipeline.reproduce_particles import Point, comparison_rows, error_at, time_to_reach
+from buffet.pipeline.experiments.registry import run_experiment
+from buffet.pipeline.experiments.particles import Point, comparison_rows, error_at, time_to_reach
 
 GIBBS = [Point("Gibbs", s, (t,), (e,)) for s, t, e in [(1, 1.0, 100.0), (10, 10.0, 50.0), (100, 100.0, 10.0)]]
 

@@ -35,7 +35,7 @@ def main(argv: list[str]) -> int:
                            walltime=opts.walltime, queue=opts.queue,
                            job_script_prologue=[
                                "export OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1",
-                               # workers keep freed memory mapped (see pipeline/cluster.py)
+                               # workers keep freed memory mapped (see pipeline/engine/cluster.py)
                                "export DASK_DISTRIBUTED__NANNY__PRE_SPAWN_ENVIRON='" + NANNY_ENVIRON + "'"])
     cluster.scale(jobs=opts.jobs)
     with Client(cluster) as client:

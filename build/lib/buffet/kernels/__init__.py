@@ -1,1 +1,0 @@
-"""Per-chunk mathematics in plain NumPy/SciPy (SPEC 2: no Dask import here)."""

@@ -1,1 +1,0 @@
-"""Engine, model drivers, command line and reports (SPEC 2)."""

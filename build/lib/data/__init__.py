@@ -1,1 +1,0 @@
-"""Datasets: Zarr storage, ingest of file formats, splits and generators (SPEC 1)."""

@@ -1,0 +1,1 @@
+"""The papers' experiments (SPEC 4), one command each, and the demo."""

@@ -1,0 +1,116 @@
+"""Pieces shared by the reproduction experiments of paper 000 (SPEC 4): IMF/INMF fits through the
+engine's driver, validation choice of a baseline's K, summary tables and the paper-vs-measured print.
+
+IMF and INMF always run through ``IMFDriver`` on a dataset store written with ``from_array`` (the
+product code path); the experiments never fit them any other way.
+"""
+
+from __future__ import annotations
+
+import csv
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Iterator, Sequence
+
+import numpy as np
+
+from buffet.data.arrays import from_array
+from buffet.data.splits import add_split
+from buffet.kernels import baselines
+from buffet.pipeline.engine.executors import SyncExecutor
+from buffet.pipeline.engine.fitloop import run_loop
+from buffet.pipeline.models.imf import IMFConfig, IMFDriver
+
+SPLIT = "heldout"
+
+# A baseline's scores for each K of a grid: (x, training mask, ks, seed) -> one N x D score array per K.
+ScorePath = Callable[[np.ndarray, np.ndarray, Sequence[int], int], Iterator[np.ndarray]]
+# Quality of scores on entries, larger is better (AUC, or -NMAE): (scores, truths) -> float.
+Metric = Callable[[np.ndarray, np.ndarray], float]
+
+
+def write_store(x: np.ndarray, observed: np.ndarray | None, heldout: np.ndarray, path: Path, kind: str,
+                chunk_rows: int) -> str:
+    """A dataset store of ``x`` (entries outside ``observed`` missing) with the entries ``heldout`` as the
+    ``heldout`` split the driver trains without and predicts (SPEC 1, SPEC 4)."""
+    ds = from_array(x, path, kind, mask=observed, rows_per_chunk=chunk_rows, overwrite=True)
+    add_split(ds, SPLIT, {"test_mask": heldout}, {"kind": "entries"})
+    return str(path)
+
+
+@dataclass(frozen=True)
+class EngineFit:
+    """What an experiment keeps of an IMF/INMF fit: held-out predictions (row-major order of the split's
+    entries), their truths, the learned K+ and the evidence L(q; K+) of every K+ tried."""
+
+    predictions: np.ndarray
+    truths: np.ndarray
+    k_plus: int
+    history: list[tuple[int, float]]
+
+
+def fit_engine(config: IMFConfig, store: str) -> EngineFit:
+    """Fit IMF or INMF (by the config's class) with ``IMFDriver`` on an in-process executor (SPEC 2)."""
+    driver = IMFDriver(config, store, SyncExecutor())
+    driver.start()
+    run_loop(driver, None, [], quiet=True)
+    predictions, truths = driver.predictions() if driver.split else (np.zeros(0), np.zeros(0))
+    return EngineFit(predictions, truths, driver.k_plus, list(driver.history))
+
+
+def choose_on_validation(candidates: Sequence, score: Callable[[object], float]) -> object:
+    """The candidate with the largest validation ``score`` (the first one on ties)."""
+    values = [score(c) for c in candidates]
+    return candidates[int(np.argmax(values))]
+
+
+def choose_k(path: ScorePath, x: np.ndarray, fit_mask: np.ndarray, valid: np.ndarray, ks: Sequence[int],
+             metric: Metric, seed: int) -> int:
+    """The K of ``ks`` whose scores, fitted on ``fit_mask`` only, are best by ``metric`` on the validation
+    entries ``valid`` (a part of the training entries; held-out entries are never looked at)."""
+    values = [metric(scores[valid], x[valid]) for scores in path(x, fit_mask, ks, seed)]
+    return int(ks[int(np.argmax(values))])
+
+
+def markdown_table(header: Sequence[str], rows: Sequence[Sequence[object]]) -> str:
+    """A markdown table; floats with 4 decimals, NaN as an empty cell."""
+    def cell(value: object) -> str:
+        if isinstance(value, float):
+            return "" if np.isnan(value) else f"{value:.4f}"
+        return str(value)
+
+    lines = ["| " + " | ".join(header) + " |", "|" + " --- |" * len(header)]
+    lines += ["| " + " | ".join(cell(v) for v in row) + " |" for row in rows]
+    return "\n".join(lines)
+
+
+def write_csv(header: Sequence[str], rows: Sequence[Sequence[object]], path: Path) -> Path:
+    """Write rows as CSV with a header line."""
+    with path.open("w", newline="") as f:
+        writer = csv.writer(f)
+        writer.writerow(header)
+        writer.writerows(rows)
+    return path
+
+
+def write_markdown(title: str, sections: Sequence[str], path: Path) -> Path:
+    """Write a markdown report, print it (the paper's numbers beside the measured ones) and return it."""
+    text = "\n\n".join([f"# {title}", *sections]) + "\n"
+    path.write_text(text)
+    print(text)
+    return path
+
+
+def mean_std(values: Sequence[float]) -> tuple[float, float]:
+    """Mean and (population) standard deviation, NaN for no values."""
+    arr = np.asarray(values, dtype=np.float64)
+    return (float(arr.mean()), float(arr.std())) if arr.size else (float("nan"), float("nan"))
+
+
+def nmf_path(n_iter: int):
+    """Masked NMF (observed entries only) for each K, ``n_iter`` multiplicative updates at most."""
+    def path(x: np.ndarray, mask: np.ndarray, ks: Sequence[int], seed: int) -> Iterator[np.ndarray]:
+        for k in ks:
+            w, h, _ = baselines.masked_nmf(x, mask, k, np.random.default_rng([seed, k]), n_iter=n_iter)
+            yield w @ h
+    return path

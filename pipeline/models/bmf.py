@@ -1,0 +1,341 @@
+"""Binary matrix factorization on the engine: U by row panels, V by column panels, W globally
+(SPEC 2, 3.7; paper 003).
+
+The data are cut into row panels (rows of X, mask and the training split's held-out entries
+removed from the mask; ``imf.load_training_rows``) and column panels (the same entries as rows
+of X^T, built on the workers from the row panels). One engine step is one sweep:
+
+1. U side: the designated row panel (panel ``sweep mod P``) runs ``bmf.collapsed_panel_sweep``
+   (Gibbs with the collapsed prior and, for the IBP, new features by Metropolis-Hastings) with the
+   other panels fixed; then pi_k of the features it uses is drawn on the client and every other
+   panel runs ``bmf.conditional_panel_sweep`` in parallel (``kernels.bmf`` docstring: both moves
+   are exact, so the sampler is). Features no row uses are dropped.
+2. V side: the same on the column panels, with W^T and U.
+3. W | U, V: Gaussian from tree-reduced A^T A, A^T x (Gaussian model), else ``ess_steps``
+   elliptical slice updates whose log likelihoods are summed over the row panels, ``ess_batch``
+   candidate angles per round of tasks (``bmf.elliptical_slice``).
+4. phi, theta, alpha and lambda from their conjugate Gamma(``hyper_shape``, ``hyper_rate``)
+   conditionals, unless ``learn_hyper`` is off.
+
+The binary matrices are small (I x K+, J x L+ bits) and are kept on the client, which needs them
+whole to form the other side's loadings; panels of X stay on the workers. Every random draw
+comes from ``stream(seed, purpose, sweep, panel)``, so a seed gives the same chain on any number
+of workers. After ``burn_in`` sweeps each row panel adds its predictive means E[x_ij | U, V, W]
+(``bmf.mean_of``) to a running sum kept beside it; their average over retained sweeps is the
+posterior predictive mean of every entry, held-out ones included (section 3.4).
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass
+
+import numpy as np
+
+from buffet.data.errors import InputError, UserError
+from buffet.data.store import DenseRows, check_values
+from buffet.kernels import bmf
+from buffet.kernels.ibp_prior import sample_ibp
+from buffet.pipeline.engine.blocks import Source, resolve, row_ranges
+from buffet.pipeline.engine.cluster import single_threaded_blas
+from buffet.pipeline.engine.executors import Executor, tree_reduce
+from buffet.pipeline.models.imf import load_training_rows
+from buffet.pipeline.engine.runstore import RunStore
+from buffet.pipeline.engine.seeds import stream
+from buffet.pipeline.engine.settings import require_counts, require_positive
+
+DATA_KINDS = {"logistic": "binary", "poisson": "counts"}  # values each observation model accepts
+
+
+@dataclass
+class BMFConfig:
+    """Settings of a BMF fit (SPEC 3.7). ``finite_k``/``finite_l`` None use IBP priors on U/V, a number
+    the finite Beta(alpha/K, beta)-Bernoulli prior with that many columns (alpha, lam then stay fixed).
+    phi, theta, alpha, lam are starting values, resampled under Gamma(hyper_shape, hyper_rate) priors
+    unless ``learn_hyper`` is off. ``burn_in`` sweeps are discarded from the predictions. Every row also
+    gets one Metropolis-Hastings move redrawing ``move_size`` features at once (0, the default: none; paper
+    section 3.3; on the bars data it did not improve the reconstructions, 3 seeds)."""
+
+    likelihood: str = "gaussian"
+    sweeps: int = 200
+    burn_in: int = 50
+    seed: int = 0
+    alpha: float = 1.0
+    lam: float = 1.0
+    beta: float = 1.0
+    finite_k: int | None = None
+    finite_l: int | None = None
+    phi: float = 1.0
+    theta: float = 1.0
+    w0: float = 0.0
+    learn_hyper: bool = True
+    hyper_shape: float = 1.0
+    hyper_rate: float = 1.0
+    ess_steps: int = 5
+    ess_batch: int = 8
+    move_size: int = 0
+    panel_rows: int = 100
+    panel_cols: int = 32
+    split: str | None = "heldout"
+    checkpoint_every: int = 10
+
+    def check(self) -> None:
+        if self.likelihood not in bmf.LIKELIHOODS:
+            raise UserError(f"likelihood must be one of {', '.join(bmf.LIKELIHOODS)}, got {self.likelihood!r}")
+        require_counts(self, ("sweeps", "ess_steps", "ess_batch", "panel_rows", "panel_cols", "checkpoint_every"))
+        if self.move_size < 0:
+            raise UserError(f"move_size must be >= 0, got {self.move_size}")
+        require_counts(self, tuple(n for n in ("finite_k", "finite_l") if getattr(self, n) is not None))
+        require_positive(self, ("alpha", "lam", "beta", "phi", "theta", "hyper_shape", "hyper_rate"))
+        if not 0 <= self.burn_in < self.sweeps:
+            raise UserError(f"burn_in must be in [0, sweeps), got {self.burn_in}")
+
+    def priors(self, alpha: float, lam: float) -> tuple[bmf.BinaryPrior, bmf.BinaryPrior]:
+        """The binary priors of U and V at concentrations alpha and lambda."""
+        return bmf.BinaryPrior(alpha, self.beta, self.finite_k), bmf.BinaryPrior(lam, self.beta, self.finite_l)
+
+
+# ----- block tasks -----
+
+def check_task(rows: DenseRows, kind: str | None, where: str) -> str | None:
+    """Why the panel's observed values do not suit the observation model (SPEC 1 bad input), or None.
+
+    Returned rather than raised, so the client raises it as one error without a worker's traceback log.
+    """
+    try:
+        if kind is not None:
+            check_values(kind, rows.X, where, rows.mask)
+    except InputError as exc:
+        return str(exc)
+    return None
+
+
+def column_panel_task(c0: int, c1: int, *row_panels: DenseRows) -> DenseRows:
+    """Columns [c0, c1) of X as rows of X^T (the V side's panel), from the row panels."""
+    return DenseRows(np.vstack([p.X[:, c0:c1] for p in row_panels]).T.copy(),
+                     np.vstack([p.mask[:, c0:c1] for p in row_panels]).T.copy())
+
+
+def collapsed_task(rows: DenseRows, Z: np.ndarray, W: np.ndarray, other: np.ndarray, counts_rest: np.ndarray,
+                   n_rows: int, prior: bmf.BinaryPrior, model: bmf.Observation, w0: float, phi: float,
+                   rng: np.random.Generator, move_size: int) -> tuple[np.ndarray, np.ndarray]:
+    return bmf.collapsed_panel_sweep(rows.X, rows.mask, Z, W, other, counts_rest, n_rows, prior, model, w0, phi, rng,
+                                     move_size)
+
+
+def conditional_task(rows: DenseRows, Z: np.ndarray, W: np.ndarray, other: np.ndarray, pi: np.ndarray,
+                     active: np.ndarray, model: bmf.Observation, rng: np.random.Generator,
+                     move_size: int) -> np.ndarray:
+    return bmf.conditional_panel_sweep(rows.X, rows.mask, Z, W, other, pi, active, model, rng, move_size)
+
+
+def weight_stats_task(rows: DenseRows, U: np.ndarray, V: np.ndarray) -> dict:
+    return bmf.weight_stats(rows.X, rows.mask, U, V)
+
+
+def log_lik_task(rows: DenseRows, U: np.ndarray, Ws: np.ndarray, V: np.ndarray, model: bmf.Observation) -> np.ndarray:
+    """The panel's log likelihood at each candidate W of the stack Ws (B x K x L)."""
+    return np.array([bmf.log_likelihood(model.likelihood, rows.X, rows.mask, U @ W @ V.T, model.theta) for W in Ws])
+
+
+def accumulate_task(total: np.ndarray, U: np.ndarray, W: np.ndarray, V: np.ndarray, likelihood: str) -> np.ndarray:
+    """The running sum of the predictive means E[x | U, V, W] of a row panel's entries (section 3.4)."""
+    return total + bmf.mean_of(likelihood, U @ W @ V.T)
+
+
+# ----- the driver -----
+
+class BMFDriver:
+    """The BMF Gibbs sampler on an executor (module docstring; the Driver protocol of fitloop)."""
+
+    def __init__(self, config: BMFConfig, source: Source, executor: Executor, label: str = "bmf"):
+        config.check()
+        self.config, self.source, self.executor, self.label = config, source, executor, label
+        ds = resolve(source)
+        if ds.layout != "dense":
+            raise UserError(f"{source}: BMF needs a dense dataset, got layout {ds.layout}")
+        self.split = config.split if isinstance(source, str) and config.split in ds.split_names() else None
+        self.shape = ds.shape
+        self.row_bounds = row_ranges(ds.n_rows, config.panel_rows)
+        self.col_bounds = row_ranges(ds.n_cols, config.panel_cols)
+        self.rows = [executor.submit(load_training_rows, source, r0, r1, self.split) for r0, r1 in self.row_bounds]
+        kind = DATA_KINDS.get(config.likelihood)
+        problems = executor.gather([executor.submit(check_task, p, kind, f"{source} (rows {r0}-{r1 - 1})")
+                                    for p, (r0, r1) in zip(self.rows, self.row_bounds)])
+        if any(problems):
+            raise InputError(next(p for p in problems if p))
+        self.cols = [executor.submit(column_panel_task, c0, c1, *self.rows) for c0, c1 in self.col_bounds]
+        self.alpha, self.lam, self.phi, self.theta = config.alpha, config.lam, config.phi, config.theta
+        self.U: list[np.ndarray] = []
+        self.V: list[np.ndarray] = []
+        self.W = np.zeros((0, 0))
+        self.pred: list = []
+        self.retained = 0
+        self._t_start = time.perf_counter()
+
+    # -- state --
+    @property
+    def model(self) -> bmf.Observation:
+        return bmf.Observation(self.config.likelihood, self.theta)
+
+    def full(self, side: str) -> np.ndarray:
+        """U (I x K+) or V (J x L+) as one matrix."""
+        return np.vstack(self.U if side == "u" else self.V)
+
+    def start(self) -> None:
+        """U and V from their priors, W from N(w0, 1/phi) (paper section 4.1 initialises from the prior)."""
+        prior_u, prior_v = self.config.priors(self.alpha, self.lam)
+        U = initial_features(prior_u, self.shape[0], stream(self.config.seed, "bmf-init", 0))
+        V = initial_features(prior_v, self.shape[1], stream(self.config.seed, "bmf-init", 1))
+        rng = stream(self.config.seed, "bmf-init", 2)
+        self.W = self.config.w0 + rng.standard_normal((U.shape[1], V.shape[1])) / math.sqrt(self.phi)
+        self.U, self.V = split_rows(U, self.row_bounds), split_rows(V, self.col_bounds)
+        self.pred = [self.executor.submit(np.zeros, (r1 - r0, self.shape[1])) for r0, r1 in self.row_bounds]
+
+    def total_steps(self) -> int:
+        return self.config.sweeps
+
+    def finished(self, step: int, trace: list[dict]) -> bool:
+        return step >= self.config.sweeps
+
+    def step(self, step: int) -> dict:
+        """One sweep: U panels, V panels, W, hyperparameters; predictions after burn-in."""
+        self._update_side("u", step)
+        self._update_side("v", step)
+        log_lik, stats = self._update_weights(step)
+        self._update_hyper(step, stats)
+        if stats is not None:  # at the new theta
+            log_lik = bmf.gaussian_log_lik(stats, self.W, self.theta)
+        prior_u, prior_v = self.config.priors(self.alpha, self.lam)
+        U, V = self.full("u"), self.full("v")
+        log_joint = (log_lik + prior_u.log_prob(U) + prior_v.log_prob(V)
+                     + bmf.weight_log_prior(self.W, self.config.w0, self.phi))
+        record = {"sweep": step + 1, "k_plus": float(U.shape[1]), "l_plus": float(V.shape[1]), "log_lik": log_lik,
+                  "log_joint": log_joint,
+                  "phi": self.phi, "theta": self.theta, "alpha": self.alpha, "lam": self.lam,
+                  "retained": float(step >= self.config.burn_in)}
+        if step >= self.config.burn_in:
+            self.pred = [self.executor.submit(accumulate_task, total, Up, self.W, V, self.config.likelihood)
+                         for total, Up in zip(self.pred, self.U)]
+            self.retained += 1
+        record["seconds"] = time.perf_counter() - self._t_start
+        return record
+
+    def _update_side(self, side: str, step: int) -> None:
+        """Designated panel collapsed, then the other panels given pi; empty features dropped (module
+        docstring, steps 1-2)."""
+        ex, cfg = self.executor, self.config
+        panels, Zs = (self.rows, self.U) if side == "u" else (self.cols, self.V)
+        W_side, other = (self.W, self.full("v")) if side == "u" else (self.W.T, self.full("u"))
+        prior = self.config.priors(self.alpha, self.lam)[0 if side == "u" else 1]
+        star = step % len(Zs)
+        counts_rest = sum(Z.sum(axis=0) for Z in Zs) - Zs[star].sum(axis=0)
+        Z_star, W_side = ex.gather(ex.submit(collapsed_task, panels[star], Zs[star], W_side, other, counts_rest,
+                                             self.shape[side == "v"], prior, self.model, cfg.w0, self.phi,
+                                             stream(cfg.seed, f"bmf-{side}", step, star), cfg.move_size))
+        width = W_side.shape[0]
+        Zs = [Z_star if q == star else np.pad(Z, ((0, 0), (0, width - Z.shape[1]))) for q, Z in enumerate(Zs)]
+        Zs = self._conditional_panels(side, step, panels, Zs, star, W_side, other, prior)
+        keep = sum(Z.sum(axis=0) for Z in Zs) > 0 if prior.infinite else np.ones(width, bool)
+        Zs, W_side = [Z[:, keep] for Z in Zs], W_side[keep]
+        if side == "u":
+            self.U, self.W = Zs, W_side
+        else:
+            self.V, self.W = Zs, W_side.T
+
+    def _conditional_panels(self, side: str, step: int, panels: list, Zs: list[np.ndarray], star: int,
+                            W_side: np.ndarray, other: np.ndarray, prior: bmf.BinaryPrior) -> list[np.ndarray]:
+        """pi_k of the features the designated panel ``star`` uses (all, for a finite prior), then every other
+        panel's rows in parallel given pi (``bmf.conditional_panel_sweep``)."""
+        ex, cfg = self.executor, self.config
+        active = Zs[star].any(axis=0) if prior.infinite else np.ones(W_side.shape[0], bool)
+        counts = sum(Z.sum(axis=0) for Z in Zs)
+        pi = np.full(W_side.shape[0], 0.5)
+        pi[active] = bmf.auxiliary_pi(prior, counts[active], self.shape[side == "v"],
+                                      stream(cfg.seed, f"bmf-{side}-pi", step))
+        futures = {q: ex.submit(conditional_task, panels[q], Z, W_side, other, pi, active, self.model,
+                                stream(cfg.seed, f"bmf-{side}", step, q), cfg.move_size)
+                   for q, Z in enumerate(Zs) if q != star}
+        gathered = dict(zip(futures, ex.gather(list(futures.values()))))
+        return [gathered.get(q, Z) for q, Z in enumerate(Zs)]
+
+    def _panel_log_lik(self, Ws: np.ndarray) -> np.ndarray:
+        """log p(X | U, V, W) over the observed training entries for each W of the stack Ws: one vector per
+        row panel, added in panel order (one round of tasks per call; elliptical slice sampling needs a few)."""
+        V = self.full("v")
+        parts = [self.executor.submit(log_lik_task, p, U, Ws, V, self.model) for p, U in zip(self.rows, self.U)]
+        return np.sum(self.executor.gather(parts), axis=0)
+
+    def _update_weights(self, step: int) -> tuple[float, dict | None]:
+        """W | rest (module docstring, step 3); returns the new log likelihood and the Gaussian statistics."""
+        rng = stream(self.config.seed, "bmf-w", step)
+        if self.config.likelihood == "gaussian":
+            V = self.full("v")
+            stats = self.executor.gather(tree_reduce(self.executor, [
+                self.executor.submit(weight_stats_task, p, U, V) for p, U in zip(self.rows, self.U)]))
+            if self.W.size:
+                with single_threaded_blas():  # BLAS threads contend on a shared client
+                    self.W = bmf.sample_gaussian_w(stats, self.theta, self.phi, self.config.w0, *self.W.shape, rng)
+            return bmf.gaussian_log_lik(stats, self.W, self.theta), stats
+        if self.W.size == 0:
+            return float(self._panel_log_lik(self.W[None])[0]), None
+        log_lik = None
+        for _ in range(self.config.ess_steps):
+            self.W, log_lik = bmf.elliptical_slice(self.W, self.config.w0, 1.0 / math.sqrt(self.phi),
+                                                   self._panel_log_lik, rng, log_lik, self.config.ess_batch)
+        return log_lik, None
+
+    def _update_hyper(self, step: int, stats: dict | None) -> None:
+        """phi, theta, alpha, lambda from their conjugate conditionals (module docstring, step 4)."""
+        cfg = self.config
+        if not cfg.learn_hyper:
+            return
+        rng = stream(cfg.seed, "bmf-hyper", step)
+        self.phi = bmf.sample_phi(self.W, cfg.w0, cfg.hyper_shape, cfg.hyper_rate, rng)
+        if stats is not None:
+            self.theta = bmf.sample_theta(bmf.residual_sum_of_squares(stats, self.W), float(stats["n_obs"]),
+                                          cfg.hyper_shape, cfg.hyper_rate, rng)
+        prior_u, prior_v = cfg.priors(self.alpha, self.lam)
+        if prior_u.infinite:
+            self.alpha = bmf.sample_concentration(prior_u, self.W.shape[0], self.shape[0], cfg.hyper_shape,
+                                                  cfg.hyper_rate, rng)
+        if prior_v.infinite:
+            self.lam = bmf.sample_concentration(prior_v, self.W.shape[1], self.shape[1], cfg.hyper_shape,
+                                                cfg.hyper_rate, rng)
+
+    def predictive_mean(self) -> np.ndarray:
+        """E[x_ij | X] averaged over the retained sweeps, every entry (I x J)."""
+        if self.retained == 0:
+            raise UserError("no retained sweeps yet: the run stopped during burn-in (resume it)")
+        return np.vstack(self.executor.gather(self.pred)) / self.retained
+
+    # -- checkpoints --
+    SCALARS = ("alpha", "lam", "phi", "theta", "retained")
+
+    def save(self, run: RunStore, step: int, trace: list[dict]) -> None:
+        folder = run.new_checkpoint_dir(step)
+        arrays = {"U": self.full("u"), "V": self.full("v"), "W": self.W,
+                  "pred_sum": np.vstack(self.executor.gather(self.pred)),
+                  **{name: np.float64(getattr(self, name)) for name in self.SCALARS}}
+        run.commit_checkpoint(folder, step, arrays, {"trace": trace})
+
+    def restore(self, arrays: dict[str, np.ndarray], folder: object) -> None:
+        self.U, self.V = split_rows(arrays["U"], self.row_bounds), split_rows(arrays["V"], self.col_bounds)
+        self.W = np.asarray(arrays["W"], np.float64)
+        for name in self.SCALARS:
+            setattr(self, name, float(arrays[name]))
+        self.retained = int(self.retained)
+        self.pred = [self.executor.submit(np.array, part) for part in split_rows(arrays["pred_sum"], self.row_bounds)]
+
+
+def split_rows(A: np.ndarray, bounds: list[tuple[int, int]]) -> list[np.ndarray]:
+    return [A[r0:r1] for r0, r1 in bounds]
+
+
+def initial_features(prior: bmf.BinaryPrior, n_rows: int, rng: np.random.Generator) -> np.ndarray:
+    """A start for one side: a draw from the IBP (beta = 1 form, ``ibp_prior.sample_ibp``) or from the finite prior."""
+    if prior.infinite:
+        block = sample_ibp(n_rows, prior.alpha, rng)
+        return block.Z[0][:, :block.n_features[0]]
+    return rng.random((n_rows, prior.k)) < rng.beta(prior.a(), prior.beta, size=prior.k)
