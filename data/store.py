@@ -101,6 +101,17 @@ def check_values(kind: str, values: np.ndarray, where: str, observed: np.ndarray
         raise InputError(f"{where}: {found[1]}")
 
 
+def check_format(found: object, supported: int, where: str, what: str) -> None:
+    """Refuse a ``what`` ("dataset", "run") at ``where`` whose format number is missing or other than
+    ``supported``; a larger number means a newer buffet wrote it, and the message says to upgrade."""
+    if found == supported:
+        return
+    if isinstance(found, int) and found > supported:
+        raise StoreError(f"{where}: written by a newer buffet ({what} format {found}; this version reads "
+                         f"format {supported}): upgrade buffet (pip install -U buffet)")
+    raise StoreError(f"{where}: not a buffet {what} (no {what} format {supported} marker)")
+
+
 class Dataset:
     """A dataset store opened for reading; validates its structure on open."""
 
@@ -113,8 +124,7 @@ class Dataset:
             attrs = dict(self.group.attrs)
         except Exception as exc:  # zarr raises many types for unreadable folders
             raise StoreError(f"{self.path}: not a readable Zarr group ({exc})") from exc
-        if attrs.get("buffet_format") != FORMAT_VERSION:
-            raise StoreError(f"{self.path}: not a buffet dataset (no buffet_format={FORMAT_VERSION} attribute)")
+        check_format(attrs.get("buffet_format"), FORMAT_VERSION, str(self.path), "dataset")
         self.attrs = attrs
         self.layout: str = attrs["layout"]
         self.kind: str = attrs["kind"]

@@ -10,8 +10,8 @@ and line. The line-by-line parser is the single source of messages about malform
 from __future__ import annotations
 
 import gzip
+import logging
 import os
-import sys
 import time
 import zlib
 from dataclasses import dataclass
@@ -21,6 +21,8 @@ from typing import BinaryIO, Callable, Iterator
 import numpy as np
 
 from buffet.data.errors import InputError
+
+log = logging.getLogger("buffet.ingest")
 
 PathLike = str | os.PathLike
 DEFAULT_BLOCK_BYTES = 1 << 24
@@ -104,15 +106,14 @@ class TextSource:
     def blocks(self, block_bytes: int = DEFAULT_BLOCK_BYTES) -> Iterator[Block]:
         """The rest of the file in blocks of about ``block_bytes``, each made of whole lines.
 
-        A long read reports the lines read so far on stderr every ``PROGRESS_SECONDS``.
+        A long read reports the lines read so far (``buffet.ingest`` logger) every ``PROGRESS_SECONDS``.
         """
         carry = b""
         started = last_report = time.perf_counter()
         while chunk := self._guard(self.fh.read, block_bytes):
             now = time.perf_counter()
             if now - last_report >= PROGRESS_SECONDS:
-                print(f"ingest {self.path.name}: {self.line:,} lines read in {now - started:.0f}s",
-                      file=sys.stderr, flush=True)
+                log.info("ingest %s: %s lines read in %.0fs", self.path.name, f"{self.line:,}", now - started)
                 last_report = now
             buf = carry + chunk
             cut = buf.rfind(b"\n") + 1

@@ -1,7 +1,8 @@
-"""The ``buffet`` command line (issue 2 CLI contract).
+"""The ``buffet`` command line (issue 2 CLI contract, issue #10 item 4).
 
-User errors (bad input, bad arguments, unusable stores) end with one line on stderr and a
-non-zero exit status, without a traceback; anything else is a bug and keeps its traceback.
+Every failure ends with one line on stderr that says what happened and what to do, and exit status 1
+(130 after Ctrl-C; argparse's own usage errors keep its status 2); ``--debug`` shows the traceback
+instead. Progress and notices go through the ``buffet`` logger (``engine.messages``).
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ import argparse
 import contextlib
 import dataclasses
 import json
+import logging
 import sys
 import typing
 from pathlib import Path
@@ -21,6 +23,7 @@ from buffet.data.errors import UserError
 from buffet.pipeline.reports import bnmf as bnmf_outputs
 from buffet.pipeline.engine.cluster import WORKER_KINDS, dask_client
 from buffet.pipeline.engine.executors import DaskExecutor, Executor
+from buffet.pipeline.engine.messages import console, explain
 from buffet.pipeline.engine.runs import config_from, fit_run, models, resume_run, spec_for
 from buffet.pipeline.engine.runstore import RunStore
 
@@ -55,6 +58,9 @@ def _config_args(p: argparse.ArgumentParser, config_cls: type) -> None:
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="buffet", description="Bayesian matrix factorization on Dask")
+    parser.add_argument("--debug", action="store_true",
+                        help="show the Python traceback of a failure instead of its one-line explanation "
+                             "(may be given anywhere on the command line)")
     sub = parser.add_subparsers(dest="command", required=True)
 
     p = sub.add_parser("ingest", help="store a data file as a chunked Zarr dataset")
@@ -250,16 +256,40 @@ COMMANDS = {"fit": cmd_fit, "resume": cmd_resume, "evaluate": cmd_evaluate, "exp
             "generate": cmd_generate, "reproduce": cmd_reproduce}
 
 
+def resume_hint(args: argparse.Namespace) -> str | None:
+    """How to continue the run a fit, resume or demo command was writing, or None (nothing to resume)."""
+    path = {"fit": getattr(args, "out", None), "resume": getattr(args, "run", None)}.get(args.command)
+    if args.command == "demo":
+        path = str(Path(args.out) / "run")
+    if path is None or not (Path(path) / "run.json").exists():
+        return None
+    try:
+        run = RunStore(path)
+    except UserError:
+        return None
+    if run.status == "finished":
+        return None
+    if run.has_checkpoint():
+        step = json.loads((run.path / "checkpoint.json").read_text()).get("step")
+        return f"the run is checkpointed at step {step}: `buffet resume {path}` continues it"
+    return f"the run has no checkpoint yet: `buffet resume {path}` starts it again"
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    argv = list(sys.argv[1:] if argv is None else argv)
+    debug = "--debug" in argv
+    args = build_parser().parse_args([a for a in argv if a != "--debug"])
+    handler = console(logging.WARNING if getattr(args, "quiet", False) else logging.INFO)
     try:
         COMMANDS[args.command](args)
-    except UserError as exc:
-        print(f"buffet: error: {exc}", file=sys.stderr)
-        return 2
-    except KeyboardInterrupt:
-        print("buffet: interrupted; `buffet resume RUN` continues from the last checkpoint", file=sys.stderr)
-        return 130
+    except (Exception, KeyboardInterrupt) as exc:
+        if debug:
+            raise
+        line, status = explain(exc, resume_hint(args))
+        print(f"buffet: error: {line}", file=sys.stderr)
+        return status
+    finally:
+        logging.getLogger("buffet").removeHandler(handler)
     return 0
 
 

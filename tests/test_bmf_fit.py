@@ -186,7 +186,7 @@ def test_bad_input_gets_a_one_line_error(tmp_path, stores):
     proc = subprocess.run([sys.executable, "-m", "buffet.pipeline.cli", "fit", "bmf", stores["real"], "--out",
                            str(tmp_path / "run"), "--likelihood", "logistic", "--workers", "1", "--worker-kind",
                            "threads", "--quiet"], capture_output=True, text=True, timeout=120)
-    assert proc.returncode == 2
+    assert proc.returncode == 1
     assert proc.stderr.count("\n") == 1 and "not 0 or 1" in proc.stderr
     with pytest.raises(UserError, match="negative count"):
         BMFDriver(BMFConfig(likelihood="poisson"), stores["counts"], SyncExecutor())

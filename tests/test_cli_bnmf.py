@@ -89,7 +89,7 @@ def test_user_errors_are_one_line_without_traceback(tmp_path, store):
              ("ingest", "uci", tmp_path / "absent.txt", "--out", tmp_path / "s.zarr")]
     for args in cases:
         proc = buffet(*args, check=False)
-        assert proc.returncode == 2, args
+        assert proc.returncode == 1, args
         assert "Traceback" not in proc.stderr and proc.stderr.startswith("buffet: error:"), proc.stderr
         assert len(proc.stderr.strip().splitlines()) == 1, proc.stderr
     assert not (tmp_path / "r1").exists() and not (tmp_path / "r2").exists()
@@ -100,7 +100,7 @@ def test_existing_run_is_not_overwritten(tmp_path, store):
     buffet("fit", "bnmf", store, "--out", run, "--k", 3, "--batch-size", 600, "--workers", 1)
     before = (run / "checkpoint.json").read_text()
     proc = buffet("fit", "bnmf", store, "--out", run, "--k", 4, "--workers", 1, check=False)
-    assert proc.returncode == 2 and "already exists" in proc.stderr
+    assert proc.returncode == 1 and "already exists" in proc.stderr
     assert (run / "checkpoint.json").read_text() == before
 
 

@@ -6,7 +6,6 @@ import contextlib
 import functools
 import logging
 import os
-import sys
 from typing import TYPE_CHECKING, Iterator
 
 if TYPE_CHECKING:
@@ -14,6 +13,7 @@ if TYPE_CHECKING:
     import threadpoolctl
 
 from buffet.data.errors import UserError
+from buffet.pipeline.engine.messages import logger
 
 # Dask starts workers with MALLOC_TRIM_THRESHOLD_=65536, so every freed temporary above 64 KiB
 # goes back to the system and page-faults on its next use; block kernels allocate such arrays
@@ -53,7 +53,7 @@ def dask_client(workers: int | None = None, scheduler: str | None = None, dashbo
             client = Client(cluster)
         stack.callback(client.close)
         if not quiet and client.dashboard_link:
-            print(f"Dask dashboard: {client.dashboard_link}", file=sys.stderr)
+            logger("cluster").info("Dask dashboard: %s", client.dashboard_link)
         yield client
 
 
@@ -69,7 +69,8 @@ def local_cluster(workers: int | None, worker_kind: str, dashboard: bool) -> "di
                             **common)
     with dask.config.set({"distributed.nanny.pre-spawn-environ.MALLOC_TRIM_THRESHOLD_":
                           WORKER_MALLOC_TRIM_THRESHOLD}):
-        return LocalCluster(n_workers=workers, threads_per_worker=1, processes=True, **common)
+        return LocalCluster(n_workers=workers, threads_per_worker=1, processes=True,
+                            preload=["buffet.pipeline.engine.worker_setup"], **common)
 
 
 @functools.lru_cache(maxsize=1)

@@ -31,6 +31,17 @@ def run_loop(driver: Driver, run: RunStore | None, trace: list[dict], start_step
     ``checkpoint_every`` steps and at the end, and the run's status is kept current.
     """
     progress = Progress(driver.label, driver.total_steps(), quiet)
+    try:
+        return _steps(driver, run, trace, start_step, checkpoint_every, stop_after, progress)
+    except BaseException:
+        if run is not None:  # Ctrl-C, a lost cluster, a full disk: the last checkpoint stays the resume point
+            run.set_status("interrupted")
+        raise
+
+
+def _steps(driver: Driver, run: RunStore | None, trace: list[dict], start_step: int, checkpoint_every: int,
+           stop_after: int | None, progress: Progress) -> int:
+    """The loop of ``run_loop``: step, record, checkpoint; returns the number of steps done."""
     step = start_step
     while not driver.finished(step, trace):
         record = driver.step(step)

@@ -1,13 +1,16 @@
-"""Progress lines for long fits: one line per recorded step on stderr."""
+"""Progress lines for long fits: one line per recorded step, through the ``buffet.progress`` logger."""
 
 from __future__ import annotations
 
-import sys
 import time
+
+from buffet.pipeline.engine.messages import logger
+
+log = logger("progress")
 
 
 class Progress:
-    """Prints ``[model] step i/n  key=value ...  elapsed`` lines; silent when ``quiet``."""
+    """Logs ``[model] step i/n  key=value ...  elapsed`` at INFO for every step; silent when ``quiet``."""
 
     def __init__(self, label: str, total: int | None, quiet: bool = False):
         self.label, self.total, self.quiet = label, total, quiet
@@ -18,8 +21,7 @@ class Progress:
             return
         shown = "  ".join(f"{k}={_fmt(v)}" for k, v in record.items() if k not in ("step", "seconds"))
         total = f"/{self.total}" if self.total else ""
-        print(f"[{self.label}] step {step}{total}  {shown}  {time.perf_counter() - self.start:.1f}s",
-              file=sys.stderr, flush=True)
+        log.info("[%s] step %d%s  %s  %.1fs", self.label, step, total, shown, time.perf_counter() - self.start)
 
 
 def _fmt(value) -> str:

@@ -23,6 +23,7 @@ import numpy as np
 import zarr
 
 from buffet.data.errors import StoreError, UserError
+from buffet.data.store import check_format
 
 RUN_FORMAT = 1
 
@@ -53,8 +54,7 @@ class RunStore:
             self.meta = json.loads(meta.read_text())
         except json.JSONDecodeError as exc:
             raise StoreError(f"{meta}: corrupt run description ({exc})") from None
-        if self.meta.get("buffet_run") != RUN_FORMAT:
-            raise StoreError(f"{self.path}: unknown run format")
+        check_format(self.meta.get("buffet_run"), RUN_FORMAT, str(self.path), "run")
 
     @classmethod
     def create(cls, path: str | os.PathLike, model: str, dataset: str | None, params: dict,

@@ -7,13 +7,13 @@ and the report says so.
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 from buffet.data.ingest_text import ingest
 from buffet.data.synthetic import write_uci_corpus
 from buffet.pipeline.models.bnmf import BNMFConfig
 from buffet.pipeline.engine.executors import Executor
+from buffet.pipeline.engine.messages import logger
 from buffet.pipeline.engine.runs import fit_run, spec_for
 
 
@@ -35,8 +35,7 @@ def demo_dataset(folder: Path, overwrite: bool) -> Path:
     if files is not None:
         ingest("ldac", [str(files[0]), str(files[1])], store, holdout=0.1, seed=0, overwrite=overwrite)
     else:
-        print("the package `lda` is not installed: using a generated corpus instead of Reuters",
-              file=sys.stderr)
+        logger("demo").warning("the package `lda` is not installed: using a generated corpus instead of Reuters")
         docword = folder / "docword.generated.txt"
         write_uci_corpus(docword, n_docs=2000, n_words=2000, n_topics=20, mean_length=150,
                          vocab_path=folder / "vocab.generated.txt")

@@ -1,0 +1,76 @@
+"""Messages to the person running buffet: the ``buffet`` logger (progress, notices) and the one-line
+account of a failure (issue #10 item 4).
+
+Progress and notices go through ``logging`` under the ``buffet`` logger, so a library user silences
+or redirects them with the standard tools; the command line attaches a plain stderr handler
+(``console``). Failures a user can meet in normal use (bad input, an unreachable or lost cluster, a
+full disk, a store written by a newer buffet, Ctrl-C) become one line saying what happened and what
+to do (``explain``); the traceback is shown only with ``--debug``.
+"""
+
+from __future__ import annotations
+
+import errno
+import logging
+import sys
+from typing import TextIO
+
+from buffet.data.errors import UserError
+
+log = logging.getLogger("buffet")
+log.addHandler(logging.NullHandler())  # library default: silent unless the application configures logging
+
+
+def logger(part: str) -> logging.Logger:
+    """The logger of one part of buffet, e.g. ``logger("progress")`` is ``buffet.progress``."""
+    return log.getChild(part)
+
+
+def console(level: int = logging.INFO, stream: TextIO | None = None) -> logging.Handler:
+    """Send buffet's messages at ``level`` and above to ``stream`` (stderr) as bare lines; returns the
+    handler so the caller can remove it."""
+    handler = logging.StreamHandler(stream or sys.stderr)
+    handler.setFormatter(logging.Formatter("%(message)s"))
+    log.addHandler(handler)
+    log.setLevel(level)
+    return handler
+
+
+class ClusterLostError(UserError):
+    """The Dask cluster could not finish a step: a worker died or left, or the scheduler went away."""
+
+
+def is_cluster_failure(exc: BaseException) -> bool:
+    """True for the errors ``distributed`` raises when workers or the scheduler are lost mid-computation."""
+    try:
+        from distributed.client import FutureCancelledError
+        from distributed.comm.core import CommClosedError
+        from distributed.scheduler import KilledWorker
+    except ImportError:  # distributed is a dependency; without it there is no cluster to lose
+        return False
+    from concurrent.futures import CancelledError
+
+    return isinstance(exc, (FutureCancelledError, CancelledError, KilledWorker, CommClosedError))
+
+
+def explain(exc: BaseException, resume_hint: str | None) -> tuple[str, int]:
+    """The one line shown for ``exc`` and the exit status (1, or 130 for Ctrl-C). ``resume_hint`` says how
+    to continue the run the command was working on, e.g. "the run is checkpointed at step 40:
+    `buffet resume runs/x`", or None when the command has no run."""
+    then = f"; {resume_hint}" if resume_hint else ""
+    if isinstance(exc, KeyboardInterrupt):
+        return f"interrupted{then}", 130
+    if isinstance(exc, UserError):
+        return f"{exc}{then if isinstance(exc, ClusterLostError) else ''}", 1
+    if is_cluster_failure(exc):
+        return f"the Dask cluster lost a worker or its scheduler mid-step ({type(exc).__name__}){then}", 1
+    if isinstance(exc, OSError) and exc.errno == errno.ENOSPC:
+        where = f" writing {exc.filename}" if exc.filename else ""
+        return f"no space left on the device{where}: free some space{then or ' and run the command again'}", 1
+    if isinstance(exc, MemoryError):
+        return (f"out of memory: use smaller blocks (--chunk-rows), fewer threads per worker, or a larger "
+                f"machine{then}"), 1
+    if isinstance(exc, OSError):
+        return f"{exc.strerror or exc} ({exc.filename or type(exc).__name__}){then}", 1
+    return (f"unexpected error {type(exc).__name__}: {exc}{then} (run the command again with --debug to "
+            f"see the traceback, and please report it)"), 1

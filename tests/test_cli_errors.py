@@ -1,0 +1,149 @@
+"""Failures a user meets end with one line and exit status 1 (130 for Ctrl-C), never a traceback unless
+--debug (issue #10 item 4); messages go through the ``buffet`` logger."""
+
+import errno
+import json
+import logging
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import psutil
+import pytest
+import zarr
+
+from buffet.data.arrays import from_array
+from buffet.data.splits import add_split, holdout_rows
+from buffet.data.synthetic import bnmf_corpus
+from buffet.pipeline import cli
+from buffet.pipeline.engine.runstore import RunStore
+
+# A batch fit of this many iterations runs far longer than the few checkpoints a test waits for.
+LONG_FIT = ("--mode", "batch", "--max-iter", "100000", "--tol", "0", "--checkpoint-every", "1", "--k", "4",
+            "--eval-every", "100000")
+
+
+@pytest.fixture(scope="module")
+def store(tmp_path_factory) -> Path:
+    corpus = bnmf_corpus(600, 120, 4, np.random.default_rng(3), tokens_per_doc=60)
+    path = tmp_path_factory.mktemp("errors") / "corpus.zarr"
+    ds = from_array(corpus.X, path, "counts", rows_per_chunk=100)
+    add_split(ds, "heldout", {"test_rows": holdout_rows(ds.n_rows, 0.1, 0)}, {"kind": "rows"})
+    return path
+
+
+def start(*args: object) -> subprocess.Popen:
+    """``buffet ARGS`` in its own process group, as a terminal would run it."""
+    return subprocess.Popen([sys.executable, "-m", "buffet.pipeline.cli", *map(str, args)], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, start_new_session=True)
+
+
+def finish(proc: subprocess.Popen) -> tuple[int, str]:
+    _, err = proc.communicate(timeout=120)
+    return proc.returncode, err
+
+
+def wait_for_checkpoint(run: Path, proc: subprocess.Popen) -> None:
+    """Until the run has written its first checkpoint (the fit is then running its loop)."""
+    deadline = time.monotonic() + 120
+    while not (run / "checkpoint.json").exists():
+        assert proc.poll() is None, proc.communicate()[1]
+        assert time.monotonic() < deadline, "no checkpoint within 120 s"
+        time.sleep(0.05)
+
+
+def one_line(err: str, *fragments: str) -> str:
+    """The last stderr line, checked to be buffet's one-line error naming ``fragments``, with no traceback."""
+    assert "Traceback" not in err, err
+    last = err.strip().splitlines()[-1]
+    assert last.startswith("buffet: error: "), err
+    for fragment in fragments:
+        assert fragment in last, last
+    return last
+
+
+def test_bad_store_and_bad_argument(tmp_path: Path, store: Path) -> None:
+    for args, fragment in (((tmp_path / "missing.zarr",), "no such dataset store"),
+                           ((store, "--k", 0), "n_topics must be >= 1")):
+        code, err = finish(start("fit", "bnmf", *args, "--out", tmp_path / "run", "--workers", 1))
+        assert code == 1
+        one_line(err, fragment)
+        assert len(err.strip().splitlines()) == 1, err
+    assert not (tmp_path / "run").exists()
+
+
+def test_store_from_a_newer_version(tmp_path: Path, store: Path) -> None:
+    newer = tmp_path / "newer.zarr"
+    from_array(np.ones((3, 2)), newer, "counts")
+    zarr.open_group(str(newer), mode="r+").attrs["buffet_format"] = 99
+    code, err = finish(start("info", newer))
+    assert code == 1
+    one_line(err, "newer buffet", "upgrade")
+
+
+def unused_port() -> int:
+    """A local TCP port that nothing listens on (bound once, then released)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_unreachable_scheduler(tmp_path: Path, store: Path) -> None:
+    port = unused_port()
+    code, err = finish(start("fit", "bnmf", store, "--out", tmp_path / "run", "--scheduler", f"tcp://127.0.0.1:{port}"))
+    assert code == 1
+    one_line(err, "cannot reach the Dask scheduler", f"127.0.0.1:{port}")
+
+
+def test_ctrl_c_marks_the_run_interrupted_and_says_how_to_resume(tmp_path: Path, store: Path) -> None:
+    run = tmp_path / "run"
+    proc = start("fit", "bnmf", store, "--out", run, "--workers", 2, "--worker-kind", "processes", *LONG_FIT)
+    wait_for_checkpoint(run, proc)
+    os.killpg(proc.pid, signal.SIGINT)  # what Ctrl-C in a terminal does: the whole process group
+    code, err = finish(proc)
+    assert code == 130
+    one_line(err, "interrupted", f"buffet resume {run}")
+    assert RunStore(run).status == "interrupted"
+
+
+def test_killed_worker_ends_with_one_line_naming_the_checkpoint(tmp_path: Path, store: Path) -> None:
+    run = tmp_path / "run"
+    proc = start("fit", "bnmf", store, "--out", run, "--workers", 2, "--worker-kind", "processes", *LONG_FIT)
+    wait_for_checkpoint(run, proc)
+    workers = [p for p in psutil.Process(proc.pid).children(recursive=True) if "spawn_main" in " ".join(p.cmdline())]
+    assert len(workers) == 2
+    workers[0].kill()
+    code, err = finish(proc)
+    assert code == 1
+    step = json.loads((run / "checkpoint.json").read_text())["step"]
+    one_line(err, "lost a worker", f"checkpointed at step {step}", f"buffet resume {run}")
+
+
+def test_full_disk_is_one_line_and_debug_shows_the_traceback(tmp_path: Path, store: Path, monkeypatch,
+                                                              capsys) -> None:
+    def no_space(*_args, **_kwargs):
+        raise OSError(errno.ENOSPC, "No space left on device", str(tmp_path / "run" / "globals.npz"))
+
+    monkeypatch.setattr(RunStore, "commit_checkpoint", no_space)
+    args = ["fit", "bnmf", str(store), "--out", str(tmp_path / "run"), "--k", "3", "--batch-size", "500",
+            "--workers", "1", "--worker-kind", "threads", "--quiet"]
+    assert cli.main(args) == 1
+    line = one_line(capsys.readouterr().err, "no space left", "globals.npz", "buffet resume")
+    assert "free some space" in line
+    assert RunStore(tmp_path / "run").status == "interrupted"
+    with pytest.raises(OSError):
+        cli.main(["--debug", *args[:3], "--out", str(tmp_path / "run2"), *args[5:]])
+
+
+def test_progress_goes_through_the_buffet_logger(caplog) -> None:
+    from buffet.pipeline.engine.progress import Progress
+
+    with caplog.at_level(logging.INFO, logger="buffet"):
+        Progress("bnmf", 10).update(3, {"elbo": -1.5})
+    assert [r.name for r in caplog.records] == ["buffet.progress"]
+    assert "[bnmf] step 3/10  elbo=-1.5" in caplog.records[0].getMessage()
