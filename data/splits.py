@@ -6,6 +6,8 @@ held-out entries (``test_mask``: True where an observed entry is held out).
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 import zarr
 
@@ -54,3 +56,35 @@ def write_split(group: zarr.Group, name: str, arrays: dict[str, np.ndarray], des
         sub.create_array(key, shape=arr.shape, dtype=arr.dtype)[...] = arr
     sub.attrs.update(description)
     group.attrs["splits"] = list(group.attrs.get("splits", [])) + [name]
+
+
+_GOLDEN, _MIX1, _MIX2 = np.uint64(0x9E3779B97F4A7C15), np.uint64(0xBF58476D1CE4E5B9), np.uint64(0x94D049BB133111EB)
+
+
+def _mix64(x: np.ndarray) -> np.ndarray:
+    """The splitmix64 finaliser: a bijective scramble of 64-bit words (uint64 arithmetic wraps)."""
+    x = x + _GOLDEN
+    x = (x ^ (x >> np.uint64(30))) * _MIX1
+    x = (x ^ (x >> np.uint64(27))) * _MIX2
+    return x ^ (x >> np.uint64(31))
+
+
+@dataclass(frozen=True)
+class EntrySample:
+    """A pseudo-random part of a matrix's entries: entry (i, j) belongs when a hash of (``seed``, i, j),
+    uniform on [0, 1), falls in [``low``, ``high``). Membership depends on the entry alone, so any block
+    of rows computes its part without seeing the others and any chunking gives the same sample; samples
+    of one seed with disjoint ranges are disjoint (the validation folds of ``fit --select validation``,
+    issue #10)."""
+
+    seed: int
+    low: float
+    high: float
+
+    def rows(self, r0: int, r1: int, n_cols: int) -> np.ndarray:
+        """Membership of the entries of rows [r0, r1), a (r1 - r0) x n_cols boolean array."""
+        flat = (np.arange(r0, r1, dtype=np.uint64)[:, None] * np.uint64(n_cols)
+                + np.arange(n_cols, dtype=np.uint64)[None, :])
+        key = _mix64(np.array([self.seed], dtype=np.uint64))[0]
+        uniform = (_mix64(flat ^ key) >> np.uint64(11)).astype(np.float64) * 2.0 ** -53
+        return (uniform >= self.low) & (uniform < self.high)

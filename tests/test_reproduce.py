@@ -12,7 +12,7 @@ from buffet.kernels.ibp_images import make_images
 from buffet.pipeline.experiments import ibp_images as reproduce_ibp
 from buffet.pipeline.cli import main
 from buffet.pipeline.models.imf import OFFSET_SWEEPS, IMFConfig
-from buffet.pipeline.reports.imf import auc
+from buffet.kernels.metrics import auc
 from buffet.pipeline.experiments.common import fit_engine, write_store
 
 EXPECTED_FILES = {

@@ -13,6 +13,7 @@ from typing import Union
 import numpy as np
 import scipy.sparse as sp
 
+from buffet.data.splits import EntrySample
 from buffet.data.store import CSRRows, Dataset, DenseRows
 
 
@@ -79,3 +80,32 @@ def read_row_set(source: Source, rows: np.ndarray, span: int = 4096) -> CSRRows:
         parts.append(block.to_scipy()[sel - start])
     m = sp.vstack(parts).tocsr() if parts else sp.csr_matrix((0, src.shape[1]))
     return CSRRows(m.indptr.astype(np.int64), m.indices.astype(np.int32), m.data, m.shape[1])
+
+
+def load_training_rows(source: Source, r0: int, r1: int, split: str | None,
+                       exclude: EntrySample | None = None) -> DenseRows:
+    """Dense rows [r0, r1) with the held-out entries of ``split`` and the entries of ``exclude`` (a
+    validation sample) removed from the mask (SPEC 1 splits; issue #10 validation)."""
+    ds = resolve(source)
+    rows = ds.read_rows(r0, r1)
+    mask = np.ones(rows.X.shape, dtype=bool) if rows.mask is None else rows.mask
+    if split:
+        mask = mask & ~ds.read_split_rows(split, "test_mask", r0, r1)
+    if exclude is not None:
+        mask = mask & ~exclude.rows(r0, r1, rows.X.shape[1])
+    return DenseRows(rows.X, mask)
+
+
+def target_entries(source: Source, r0: int, r1: int, split: str | None, sample: EntrySample | None) -> np.ndarray:
+    """The entries of rows [r0, r1) a fit is scored on: those of the validation ``sample`` that training
+    could see (observed, not held out by ``split``), or, without a sample, the held-out entries of
+    ``split``."""
+    ds = resolve(source)
+    held = ds.read_split_rows(split, "test_mask", r0, r1) if split else None
+    if sample is None:
+        return held
+    rows = ds.read_rows(r0, r1)
+    seen = np.ones(rows.X.shape, dtype=bool) if rows.mask is None else rows.mask.copy()
+    if held is not None:
+        seen &= ~held
+    return seen & sample.rows(r0, r1, rows.X.shape[1])

@@ -95,6 +95,18 @@ class RunStore:
         self.meta["status"] = status
         _write_json_atomic(self.path / "run.json", self.meta)
 
+    def record_selection(self, selection: dict, params: dict) -> None:
+        """Keep the record of settings chosen on validation (``engine.selection``) and make the chosen
+        config the run's parameters."""
+        self.meta["selection"] = selection
+        self.meta["params"] = params
+        _write_json_atomic(self.path / "run.json", self.meta)
+
+    @property
+    def selection(self) -> dict | None:
+        """The record of settings chosen on validation entries, or None."""
+        return self.meta.get("selection")
+
     def new_checkpoint_dir(self, step: int) -> Path:
         """An empty folder for checkpoint ``step`` (removed first if a killed run left one)."""
         folder = self.path / f"ckpt-{step:08d}"

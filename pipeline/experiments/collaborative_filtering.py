@@ -34,7 +34,7 @@ from buffet.data.ratings import ingest_dense_ratings
 from buffet.kernels import baselines
 from buffet.pipeline.experiments import registry as reproduce
 from buffet.pipeline.models.imf import IMFConfig, INMFConfig
-from buffet.pipeline.reports.imf import error_metrics
+from buffet.kernels.metrics import error_metrics
 from buffet.pipeline.reports.plots import plt, save_figure
 from buffet.pipeline.experiments.common import (choose_k, choose_on_validation, fit_engine, markdown_table,
                                               mean_std, nmf_path, write_csv, write_markdown, write_store)

@@ -2,7 +2,7 @@
 (SPEC 2, 3.7; paper 003).
 
 The data are cut into row panels (rows of X, mask and the training split's held-out entries
-removed from the mask; ``imf.load_training_rows``) and column panels (the same entries as rows
+removed from the mask; ``blocks.load_training_rows``) and column panels (the same entries as rows
 of X^T, built on the workers from the row panels). One engine step is one sweep:
 
 1. U side: the designated row panel (panel ``sweep mod P``) runs ``bmf.collapsed_panel_sweep``
@@ -37,14 +37,16 @@ from buffet.data.errors import InputError, UserError
 from buffet.data.store import DenseRows, check_values
 from buffet.kernels import bmf
 from buffet.kernels.ibp_prior import sample_ibp
-from buffet.pipeline.engine.blocks import Source, resolve, row_ranges
+from buffet.data.splits import EntrySample
+from buffet.pipeline.engine.blocks import Source, load_training_rows, resolve, row_ranges, target_entries
 from buffet.pipeline.engine.cluster import single_threaded_blas
 from buffet.pipeline.engine.executors import Executor, tree_reduce
-from buffet.pipeline.models.imf import load_training_rows
 from buffet.pipeline.engine.runstore import RunStore
 from buffet.pipeline.engine.seeds import stream
-from buffet.pipeline.engine.settings import require_counts, require_positive
+from buffet.pipeline.engine.selection import Candidate
+from buffet.pipeline.engine.settings import check_selection, require_counts, require_positive
 
+FEATURE_CAPS = (2, 4, 8)  # finite K = L tried beside the configured priors when chosen on validation
 DATA_KINDS = {"logistic": "binary", "poisson": "counts"}  # values each observation model accepts
 
 
@@ -79,8 +81,12 @@ class BMFConfig:
     panel_cols: int = 32
     split: str | None = "heldout"
     checkpoint_every: int = 10
+    select: str = "auto"
+    validation_fraction: float = 0.2
+    validation_folds: int = 3
 
     def check(self) -> None:
+        check_selection(self)
         if self.likelihood not in bmf.LIKELIHOODS:
             raise UserError(f"likelihood must be one of {', '.join(bmf.LIKELIHOODS)}, got {self.likelihood!r}")
         require_counts(self, ("sweeps", "ess_steps", "ess_batch", "panel_rows", "panel_cols", "checkpoint_every"))
@@ -94,6 +100,18 @@ class BMFConfig:
     def priors(self, alpha: float, lam: float) -> tuple[bmf.BinaryPrior, bmf.BinaryPrior]:
         """The binary priors of U and V at concentrations alpha and lambda."""
         return bmf.BinaryPrior(alpha, self.beta, self.finite_k), bmf.BinaryPrior(lam, self.beta, self.finite_l)
+
+
+def structural_candidates(config: BMFConfig) -> list[Candidate]:
+    """The settings chosen on validation entries (``engine.selection``), in order of preference: the
+    priors as configured (IBP on U and V by default), then finite Beta-Bernoulli priors with K = L
+    features from the most to the fewest (``FEATURE_CAPS``), a cap on K+ and L+. BMF has no offsets."""
+    def label(k: int | None, l: int | None) -> str:
+        return "IBP priors" if k is None and l is None else f"finite K = {k}, L = {l}"
+
+    configured = (config.finite_k, config.finite_l)
+    options = [configured] + [(k, k) for k in sorted(FEATURE_CAPS, reverse=True) if (k, k) != configured]
+    return [Candidate(label(k, l), {"finite_k": k, "finite_l": l}) for k, l in options]
 
 
 # ----- block tasks -----
@@ -149,9 +167,11 @@ def accumulate_task(total: np.ndarray, U: np.ndarray, W: np.ndarray, V: np.ndarr
 class BMFDriver:
     """The BMF Gibbs sampler on an executor (module docstring; the Driver protocol of fitloop)."""
 
-    def __init__(self, config: BMFConfig, source: Source, executor: Executor, label: str = "bmf"):
+    def __init__(self, config: BMFConfig, source: Source, executor: Executor, validation: EntrySample | None = None,
+                 label: str = "bmf"):
         config.check()
         self.config, self.source, self.executor, self.label = config, source, executor, label
+        self.validation = validation  # entries left out of training and scored by ``predictions``
         ds = resolve(source)
         if ds.layout != "dense":
             raise UserError(f"{source}: BMF needs a dense dataset, got layout {ds.layout}")
@@ -159,7 +179,8 @@ class BMFDriver:
         self.shape = ds.shape
         self.row_bounds = row_ranges(ds.n_rows, config.panel_rows)
         self.col_bounds = row_ranges(ds.n_cols, config.panel_cols)
-        self.rows = [executor.submit(load_training_rows, source, r0, r1, self.split) for r0, r1 in self.row_bounds]
+        self.rows = [executor.submit(load_training_rows, source, r0, r1, self.split, validation)
+                     for r0, r1 in self.row_bounds]
         kind = DATA_KINDS.get(config.likelihood)
         problems = executor.gather([executor.submit(check_task, p, kind, f"{source} (rows {r0}-{r1 - 1})")
                                     for p, (r0, r1) in zip(self.rows, self.row_bounds)])
@@ -178,6 +199,11 @@ class BMFDriver:
     @property
     def model(self) -> bmf.Observation:
         return bmf.Observation(self.config.likelihood, self.theta)
+
+    @property
+    def k_plus(self) -> int:
+        """Features of U in the current sample."""
+        return self.U[0].shape[1] if self.U else 0
 
     def full(self, side: str) -> np.ndarray:
         """U (I x K+) or V (J x L+) as one matrix."""
@@ -309,6 +335,15 @@ class BMFDriver:
         if self.retained == 0:
             raise UserError("no retained sweeps yet: the run stopped during burn-in (resume it)")
         return np.vstack(self.executor.gather(self.pred)) / self.retained
+
+    def predictions(self) -> tuple[np.ndarray, np.ndarray]:
+        """Posterior predictive means and truths of every target entry (row order): the validation entries
+        of a fit given ``validation``, else the held-out entries of the split."""
+        if not self.split and self.validation is None:
+            raise UserError(f"{self.source}: no held-out entries to evaluate (ingest with --holdout)")
+        target = np.vstack([target_entries(self.source, r0, r1, self.split, self.validation)
+                            for r0, r1 in self.row_bounds])
+        return self.predictive_mean()[target], resolve(self.source).read_rows(0, self.shape[0]).X[target]
 
     # -- checkpoints --
     SCALARS = ("alpha", "lam", "phi", "theta", "retained")

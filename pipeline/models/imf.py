@@ -32,11 +32,15 @@ import zarr
 from buffet.data.errors import UserError
 from buffet.data.store import DenseRows
 from buffet.kernels import imf, inmf
-from buffet.pipeline.engine.blocks import resolve, row_ranges
+from buffet.data.splits import EntrySample
+from buffet.pipeline.engine.blocks import load_training_rows, resolve, row_ranges, target_entries
 from buffet.pipeline.engine.executors import Executor, pick, tree_reduce
 from buffet.pipeline.engine.runstore import RunStore
-from buffet.pipeline.engine.settings import require_counts, require_positive
+from buffet.pipeline.engine.selection import Candidate
+from buffet.pipeline.engine.settings import check_selection, require_counts, require_positive
 
+CAP_CHOICES = (2, 4, 8)  # caps on K+ tried below max_k when settings are chosen on validation
+DEFAULT_OFFSET_REG = 1.0  # ridge strength of the offsets candidate when offset_reg is not given
 SAVED_STATES = ("best", "base", "leader")  # driver states a checkpoint holds besides the current one
 OFFSET_SWEEPS = 20  # alternations of row and column offsets (ridge ALS converges in a few)
 
@@ -64,10 +68,14 @@ class IMFConfig:
     split: str | None = "heldout"
     offset_reg: float | None = None
     n_candidates: int = 3
+    select: str = "auto"
+    validation_fraction: float = 0.2
+    validation_folds: int = 3
 
     def check(self) -> None:
         require_counts(self, ("max_k", "chunk_rows", "max_iter", "patience", "checkpoint_every", "n_candidates"))
         require_positive(self, ("alpha", "offset_reg"))
+        check_selection(self)
 
     def model(self) -> imf.Model:
         return imf.IMF
@@ -95,17 +103,19 @@ class INMFConfig(IMFConfig):
         return inmf.InmfHyper(alpha=self.alpha, damping=self.damping, ep_sweeps=self.ep_sweeps)
 
 
+def structural_candidates(config: IMFConfig) -> list[Candidate]:
+    """The settings chosen on validation entries (``engine.selection``), in order of preference: no offsets
+    before offsets (at ``offset_reg``, or ``DEFAULT_OFFSET_REG``), and the cap on K+ from ``max_k`` down
+    through ``CAP_CHOICES`` (K+ still grows by evidence up to the cap, so the largest cap is the paper's
+    method). On sparse 0/1 matrices the linear-Gaussian evidence can keep adding features while held-out
+    ranking gets worse, which is why the cap is chosen."""
+    caps = [config.max_k] + [k for k in sorted(CAP_CHOICES, reverse=True) if k < config.max_k]
+    strength = config.offset_reg or DEFAULT_OFFSET_REG
+    return [Candidate(f"K+ <= {cap}{', offsets' if reg else ''}", {"max_k": cap, "offset_reg": reg})
+            for reg in (None, strength) for cap in caps]
+
+
 # ----- block tasks -----
-
-def load_training_rows(source: str, r0: int, r1: int, split: str | None) -> DenseRows:
-    """Rows [r0, r1) with the held-out entries of ``split`` removed from the mask."""
-    ds = resolve(source)
-    rows = ds.read_rows(r0, r1)
-    mask = np.ones(rows.X.shape, dtype=bool) if rows.mask is None else rows.mask
-    if split:
-        mask = mask & ~ds.read_split_rows(split, "test_mask", r0, r1)
-    return DenseRows(rows.X, mask)
-
 
 def row_offsets_task(rows: DenseRows, col_off: np.ndarray, reg: float) -> np.ndarray:
     return imf.row_offsets(rows.X, rows.mask, col_off, reg)
@@ -148,14 +158,13 @@ def extend_task(nu: np.ndarray, p: np.ndarray, sign: float, threshold: float) ->
     return np.column_stack([nu, imf.new_feature_column(p, sign, threshold)])
 
 
-def predict_task(source: str, r0: int, r1: int, split: str, nu: np.ndarray, m: np.ndarray,
-                 row_off: np.ndarray, col_off: np.ndarray) -> tuple:
-    """Posterior-mean predictions b_i + c_j + E[z_i] E[a_j] and truths for the held-out entries of the
-    rows (offsets b, c are 0 unless fitted)."""
-    ds = resolve(source)
-    test = ds.read_split_rows(split, "test_mask", r0, r1)
-    X = ds.read_rows(r0, r1).X
-    return (nu @ m.T + row_off[:, None] + col_off[None, :])[test], X[test]
+def predict_task(source: str, r0: int, r1: int, split: str | None, sample: EntrySample | None, nu: np.ndarray,
+                 m: np.ndarray, row_off: np.ndarray, col_off: np.ndarray) -> tuple:
+    """Posterior-mean predictions b_i + c_j + E[z_i] E[a_j] and truths for the target entries of the rows
+    (``blocks.target_entries``: held-out, or validation; offsets b, c are 0 unless fitted)."""
+    target = target_entries(source, r0, r1, split, sample)
+    X = resolve(source).read_rows(r0, r1).X
+    return (nu @ m.T + row_off[:, None] + col_off[None, :])[target], X[target]
 
 
 def write_rows_task(values: np.ndarray, path: str, name: str, r0: int) -> None:
@@ -175,6 +184,7 @@ class IMFDriver:
     config: IMFConfig
     source: str
     executor: Executor
+    validation: EntrySample | None = None  # entries left out of training and scored by ``predictions``
     label: str = "imf"
     post: dict = field(default_factory=dict)
     stats: dict = field(default_factory=dict)
@@ -198,7 +208,7 @@ class IMFDriver:
         self.model, self.hyper = self.config.model(), self.config.hyper()
         self.label = "inmf" if isinstance(self.config, INMFConfig) else "imf"
         self.ranges = row_ranges(ds.n_rows, self.config.chunk_rows)
-        self.blocks = [self.executor.submit(load_training_rows, self.source, r0, r1, self.split)
+        self.blocks = [self.executor.submit(load_training_rows, self.source, r0, r1, self.split, self.validation)
                        for r0, r1 in self.ranges]
         self.row_off: list = [np.zeros(r1 - r0) for r0, r1 in self.ranges]
         self.col_off = np.zeros(ds.n_cols)
@@ -380,12 +390,13 @@ class IMFDriver:
         self.failures, self.done = int(arrays["failures"]), bool(arrays["done"])
 
     def predictions(self) -> tuple[np.ndarray, np.ndarray]:
-        """Predictions and truths for every held-out entry of the split (row order)."""
-        if not self.split:
+        """Predictions and truths for every target entry (row order): the validation entries of a fit given
+        ``validation``, else the held-out entries of the split."""
+        if not self.split and self.validation is None:
             raise UserError(f"{self.source}: no held-out entries to evaluate (ingest with --holdout)")
         m = self.executor.broadcast(self.post["m"])
         col = self.executor.broadcast(self.col_off)
         parts = self.executor.gather([self.executor.submit(predict_task, self.source, r0, r1, self.split,
-                                                           nu, m, row_off, col)
+                                                           self.validation, nu, m, row_off, col)
                                       for nu, row_off, (r0, r1) in zip(self.nu, self.row_off, self.ranges)])
         return np.concatenate([p for p, _ in parts]), np.concatenate([t for _, t in parts])

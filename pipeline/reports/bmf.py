@@ -17,9 +17,10 @@ import numpy as np
 from buffet.data.errors import UserError
 from buffet.pipeline.reports import plots as plots
 from buffet.pipeline.engine.blocks import resolve
-from buffet.pipeline.models.bmf import BMFConfig, BMFDriver
+from buffet.data.splits import EntrySample
+from buffet.pipeline.models.bmf import BMFConfig, BMFDriver, structural_candidates
 from buffet.pipeline.engine.executors import Executor
-from buffet.pipeline.reports.imf import auc
+from buffet.kernels.metrics import auc
 from buffet.pipeline.engine.runs import ModelSpec, register, trace_arrays
 from buffet.pipeline.engine.runstore import RunStore
 
@@ -114,9 +115,9 @@ def report(run: RunStore, out_dir: Path) -> list[Path]:
     return files + [out_dir / "summary.md"]
 
 
-def make_driver(config: BMFConfig, store: str, executor: Executor) -> BMFDriver:
-    return BMFDriver(config, store, executor)
+def make_driver(config: BMFConfig, store: str, executor: Executor, validation: EntrySample | None = None) -> BMFDriver:
+    return BMFDriver(config, store, executor, validation)
 
 
 register("bmf", ModelSpec(config_cls=BMFConfig, make_driver=make_driver, evaluate=evaluate, export=export,
-                          report=report))
+                          report=report, candidates=structural_candidates))

@@ -8,31 +8,15 @@ from __future__ import annotations
 from pathlib import Path
 
 import numpy as np
-from scipy.stats import rankdata
 
+from buffet.kernels.metrics import auc, error_metrics
 from buffet.pipeline.reports import plots as plots
 from buffet.pipeline.engine.blocks import resolve
 from buffet.pipeline.engine.executors import Executor, SyncExecutor
-from buffet.pipeline.models.imf import IMFConfig, IMFDriver, INMFConfig
+from buffet.data.splits import EntrySample
+from buffet.pipeline.models.imf import IMFConfig, IMFDriver, INMFConfig, structural_candidates
 from buffet.pipeline.engine.runs import ModelSpec, config_from, register, trace_arrays
 from buffet.pipeline.engine.runstore import RunStore
-
-
-def auc(scores: np.ndarray, labels: np.ndarray) -> float:
-    """Area under the ROC curve by the rank-sum (Mann-Whitney) formula, ties averaged."""
-    positives = labels == 1
-    n_pos, n_neg = positives.sum(), (~positives).sum()
-    if n_pos == 0 or n_neg == 0:
-        return float("nan")
-    ranks = rankdata(scores)
-    return float((ranks[positives].sum() - n_pos * (n_pos + 1) / 2) / (n_pos * n_neg))
-
-
-def error_metrics(predicted: np.ndarray, truth: np.ndarray, value_range: float) -> dict:
-    """RMSE, MAE and NMAE = MAE / (r_max - r_min) (SPEC 4, collaborative filtering)."""
-    err = predicted - truth
-    mae = float(np.abs(err).mean())
-    return {"rmse": float(np.sqrt((err ** 2).mean())), "mae": mae, "nmae": mae / value_range}
 
 
 def _restored(run: RunStore, executor: Executor) -> IMFDriver:
@@ -85,12 +69,12 @@ def report(run: RunStore, out_dir: Path) -> list[Path]:
     return files + [out_dir / "summary.md"]
 
 
-def make_driver(config: IMFConfig, store: str, executor: Executor) -> IMFDriver:
-    return IMFDriver(config, store, executor)
+def make_driver(config: IMFConfig, store: str, executor: Executor, validation: EntrySample | None = None) -> IMFDriver:
+    return IMFDriver(config, store, executor, validation)
 
 
 MODELS_BY_NAME = {name: ModelSpec(config_cls=cls, make_driver=make_driver, evaluate=evaluate, export=export,
-                                  report=report)
+                                  report=report, candidates=structural_candidates)
                   for name, cls in (("imf", IMFConfig), ("inmf", INMFConfig))}
 for _name, _spec in MODELS_BY_NAME.items():
     register(_name, _spec)
