@@ -89,8 +89,14 @@ def make_driver(config: IMFConfig, store: str, executor: Executor) -> IMFDriver:
     return IMFDriver(config, store, executor)
 
 
+SUMMARIES = {
+    "imf": "infinite linear-Gaussian MF (IBP features, variational, K+ chosen by evidence), for real or binary "
+           "matrices with missing entries such as ratings",
+    "inmf": "infinite nonnegative MF: IMF with nonnegative features by Power-EP, for real or binary matrices "
+            "such as ratings or user-permission tables",
+}
 MODELS_BY_NAME = {name: ModelSpec(config_cls=cls, make_driver=make_driver, evaluate=evaluate, export=export,
-                                  report=report)
+                                  report=report, summary=SUMMARIES[name])
                   for name, cls in (("imf", IMFConfig), ("inmf", INMFConfig))}
 for _name, _spec in MODELS_BY_NAME.items():
     register(_name, _spec)
