@@ -19,6 +19,7 @@ from typing import Iterator, Sequence
 
 import numpy as np
 
+from buffet.data.arrays import DEFAULT_ROWS_PER_CHUNK
 from buffet.data.errors import UserError
 from buffet.pipeline.reports import bnmf as bnmf_outputs
 from buffet.pipeline.engine.cluster import WORKER_KINDS, dask_client
@@ -26,34 +27,167 @@ from buffet.pipeline.engine.executors import DaskExecutor, Executor
 from buffet.pipeline.engine.messages import console, explain
 from buffet.pipeline.engine.runs import config_from, fit_run, models, resume_run, spec_for
 from buffet.pipeline.engine.runstore import RunStore
+from buffet.pipeline.engine.settings import option_help
 
 FLAG_ALIASES = {"n_topics": ["--k"]}
 INGEST_FORMATS = ("uci", "ldac", "mtx", "ratings", "dense-ratings", "pairs")
 
 
 def _cluster_args(p: argparse.ArgumentParser) -> None:
+    """The Dask cluster options of every command that computes (SPEC 2, default cluster)."""
     p.add_argument("--workers", type=int, default=None,
-                   help="LocalCluster workers: processes, or threads with --worker-kind threads (default: one per core)")
+                   help="number of workers of the LocalCluster the command starts: single-threaded processes, or "
+                        "threads of this process with --worker-kind threads (default: one per core)")
     p.add_argument("--worker-kind", choices=WORKER_KINDS, default=None,
-                   help="LocalCluster workers as processes or as threads of this process (default: the model's "
-                        "choice; Bayesian NMF uses threads, the other models processes)")
-    p.add_argument("--scheduler", default=None, help="address of an existing Dask scheduler to use instead")
-    p.add_argument("--quiet", action="store_true", help="no progress lines")
+                   help="run the LocalCluster's workers as separate processes or as threads of this process; "
+                        "threads suit NumPy-heavy tasks that release the GIL (default: the model's choice, "
+                        "threads for the topic models, processes for the others)")
+    p.add_argument("--scheduler", default=None, metavar="ADDRESS",
+                   help="address of a running Dask scheduler (e.g. tcp://host:8786) to use instead of starting a "
+                        "LocalCluster; --workers and --worker-kind are then ignored")
+    p.add_argument("--quiet", action="store_true",
+                   help="print no progress lines and no dashboard address, only the results")
+
+
+def _default_text(default: object) -> str:
+    """How a config field's default reads in ``--help``: on/off for flags, unset for None."""
+    if isinstance(default, bool):
+        return "on" if default else "off"
+    return "unset" if default is None else str(default)
 
 
 def _config_args(p: argparse.ArgumentParser, config_cls: type) -> None:
-    """One option per config field, typed by its default (``--n-topics`` for ``n_topics``)."""
+    """One option per config field, typed by its default (``--n-topics`` for ``n_topics``), its help the
+    field's own (``settings.option``) followed by the default; a field without help is refused."""
     hints = typing.get_type_hints(config_cls)
     for f in dataclasses.fields(config_cls):
-        default = f.default
+        text = f"{option_help(config_cls, f)} (default: {_default_text(f.default)})".replace("%", "%%")
         kind = next(t for t in typing.get_args(hints[f.name]) or (hints[f.name],) if t is not type(None))
         flags = [f"--{f.name.replace('_', '-')}", *FLAG_ALIASES.get(f.name, [])]
         if kind is bool:  # --name / --no-name
             p.add_argument(*flags, dest=f"cfg_{f.name}", action=argparse.BooleanOptionalAction, default=None,
-                           help=f"(default: {'on' if default else 'off'})")
+                           help=text)
         else:
             p.add_argument(*flags, dest=f"cfg_{f.name}", metavar=f.name.upper(), type=kind, default=None,
-                           help=f"(default: {default})")
+                           help=text)
+
+
+def _ingest_parser(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("ingest", help="store a data file as a chunked Zarr dataset",
+                       description="Check a data file and store it as a chunked Zarr dataset that the models read "
+                                   "chunk by chunk; bad input is refused with the file and line.")
+    p.add_argument("format", choices=INGEST_FORMATS,
+                   help="input format: uci (UCI docword), ldac (LDA-C), mtx (Matrix Market), ratings "
+                        "(user,item,rating lines), dense-ratings (a user x item table, the Jester layout) or "
+                        "pairs (user permission lines, 1-based)")
+    p.add_argument("sources", nargs="+", metavar="SOURCE",
+                   help="the data file (.gz allowed), then for uci and ldac optionally the vocabulary file, "
+                        "one word per line")
+    p.add_argument("--out", required=True, metavar="STORE", help="folder of the dataset store to create")
+    p.add_argument("--holdout", type=float, default=None, metavar="FRACTION",
+                   help="fraction in (0, 1) held out as the split 'heldout' that the models leave out of training "
+                        "and score on: whole documents for count data, observed entries otherwise (default: none)")
+    p.add_argument("--seed", type=int, default=0,
+                   help="seed of the random choice of held-out documents or entries (default: %(default)s)")
+    p.add_argument("--rows-per-chunk", type=int, default=None, metavar="ROWS",
+                   help="rows per stored chunk, the unit the data are read in; lower it for very wide rows to "
+                        f"keep each read small (default: {DEFAULT_ROWS_PER_CHUNK})")
+    p.add_argument("--transpose", action="store_true",
+                   help="pairs: make the second id of each line the rows (e.g. permissions as rows, as in the "
+                        "role-mining experiments)")
+    p.add_argument("--sentinel", type=float, default=None,
+                   help="dense-ratings: the value that marks an unrated entry, NaN allowed (default: 99, as in "
+                        "Jester files)")
+    p.add_argument("--first-column-count", action="store_true",
+                   help="dense-ratings: the first column counts each row's rated items (real Jester files); it "
+                        "is checked and dropped")
+    p.add_argument("--kind", default=None,
+                   help="mtx: store the values as real, binary or counts (default: from the file's field)")
+    p.add_argument("--overwrite", action="store_true", help="replace an existing store at --out")
+
+
+def _fit_parser(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("fit", help="fit a model to a dataset store",
+                       description="Fit a model to a dataset store into a new run folder, with checkpoints. "
+                                   "`buffet fit MODEL --help` lists the model's options.")
+    model_parsers = p.add_subparsers(dest="model", required=True, metavar="MODEL",
+                                     help="the model to fit, one of:")
+    for name, spec in sorted(models().items()):
+        m = model_parsers.add_parser(name, help=spec.summary, description=spec.summary[:1].upper() + spec.summary[1:])
+        m.add_argument("store", help="dataset store to fit, made by `buffet ingest`")
+        m.add_argument("--out", required=True, metavar="RUN",
+                       help="run folder to create for the parameters, checkpoints and trace")
+        m.add_argument("--overwrite", action="store_true", help="replace an existing run folder at --out")
+        m.add_argument("--stop-after", type=int, default=None, metavar="STEPS",
+                       help="stop after this many steps (rows for the particle filters, sweeps for the samplers), "
+                            "leaving a run that `buffet resume` continues (default: run to the end)")
+        _config_args(m, spec.config_cls)
+        _cluster_args(m)
+
+
+def _run_parsers(sub: argparse._SubParsersAction) -> None:
+    """The commands that act on a run folder."""
+    p = sub.add_parser("resume", help="continue an interrupted run from its last checkpoint")
+    p.add_argument("run", help="run folder of an interrupted `buffet fit`; a finished run is left as it is")
+    _cluster_args(p)
+
+    p = sub.add_parser("evaluate", help="held-out metrics of a run")
+    p.add_argument("run", help="run folder to score on its dataset's held-out split")
+    p.add_argument("--json", action="store_true", help="print the metrics as one JSON object instead of lines")
+    _cluster_args(p)
+
+    p = sub.add_parser("export", help="write fitted global parameters and the trace to .npz")
+    p.add_argument("run", help="run folder whose fitted parameters to export")
+    p.add_argument("--out", required=True, metavar="FILE",
+                   help="the .npz file to write (one array per parameter and per traced quantity)")
+
+    p = sub.add_parser("report", help="PNG plots and a summary of a run")
+    p.add_argument("run", help="run folder to plot and summarise, of any model")
+    p.add_argument("--out", required=True, metavar="FOLDER",
+                   help="folder for the PNG plots and summary.md, created if missing")
+
+
+def _job_parsers(sub: argparse._SubParsersAction) -> None:
+    """The self-contained jobs: the demo, the papers' experiments and the corpus generator."""
+    p = sub.add_parser("demo", help="the main job: ingest a real corpus, fit Bayesian NMF, report")
+    p.add_argument("--out", default="buffet-demo",
+                   help="folder for the dataset, run and report (default: %(default)s)")
+    p.add_argument("--k", type=int, default=20,
+                   help="number of topics to fit to the Reuters sample, or to the generated corpus that stands in "
+                        "for it without the package lda (default: %(default)s)")
+    p.add_argument("--passes", type=int, default=3,
+                   help="SVI passes over the corpus; more fit better and take longer (default: %(default)s)")
+    p.add_argument("--overwrite", action="store_true",
+                   help="replace the dataset and run that an earlier demo left in --out")
+    _cluster_args(p)
+
+    p = sub.add_parser("reproduce", help="run one of the papers' experiments (tables and PNG figures)")
+    p.add_argument("name", help="experiment name, e.g. ibp-evidence, role-mining, collaborative-filtering; an "
+                                "unknown name lists the available ones")
+    p.add_argument("--out", default=None, metavar="FOLDER",
+                   help="folder for the experiment's tables, figures and working files (default: reproduce-NAME)")
+    p.add_argument("--seeds", type=int, default=10,
+                   help="repeats (seeds or random splits) averaged in the tables; fewer run faster "
+                        "(default: %(default)s)")
+    p.add_argument("--quick", action="store_true",
+                   help="a small, fast version for smoke tests; its numbers are not the papers'")
+    p.add_argument("--jester", default=None, metavar="FILE",
+                   help="collaborative-filtering: run on this Jester ratings file (count column, then one column "
+                        "per joke, 99 = unrated) instead of the MovieLens sample")
+
+    p = sub.add_parser("generate", help="write a synthetic LDA-shaped corpus as a UCI docword file")
+    p.add_argument("--docs", type=int, required=True, help="number of documents (rows) to write")
+    p.add_argument("--words", type=int, default=8000,
+                   help="vocabulary size V, the number of columns (default: %(default)s, as the NYT corpus)")
+    p.add_argument("--topics", type=int, default=100,
+                   help="number of true topics the documents mix (default: %(default)s)")
+    p.add_argument("--length", type=float, default=300.0,
+                   help="mean number of tokens per document (default: %(default)s)")
+    p.add_argument("--seed", type=int, default=0,
+                   help="seed of the generated topics and documents (default: %(default)s)")
+    p.add_argument("--out", required=True, help="docword file to write (.txt, or .txt.gz to compress)")
+    p.add_argument("--vocab", default=None, metavar="FILE",
+                   help="also write a vocabulary file (word0, word1, ...) here, for `buffet ingest uci`")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -61,78 +195,13 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--debug", action="store_true",
                         help="show the Python traceback of a failure instead of its one-line explanation "
                              "(may be given anywhere on the command line)")
-    sub = parser.add_subparsers(dest="command", required=True)
-
-    p = sub.add_parser("ingest", help="store a data file as a chunked Zarr dataset")
-    p.add_argument("format", choices=INGEST_FORMATS)
-    p.add_argument("sources", nargs="+", help="data file (then vocabulary file for uci/ldac)")
-    p.add_argument("--out", required=True)
-    p.add_argument("--holdout", type=float, default=None, help="fraction held out as the 'heldout' split")
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--rows-per-chunk", type=int, default=None)
-    p.add_argument("--transpose", action="store_true", help="pairs: make the second id the rows")
-    p.add_argument("--sentinel", type=float, default=None, help="dense-ratings: value meaning 'unrated'")
-    p.add_argument("--first-column-count", action="store_true",
-                   help="dense-ratings: the first column counts the rated items (real Jester files)")
-    p.add_argument("--kind", default=None, help="mtx: real, binary or counts")
-    p.add_argument("--overwrite", action="store_true")
-
+    sub = parser.add_subparsers(dest="command", required=True, help="what to do; `buffet COMMAND --help` says more")
+    _ingest_parser(sub)
     p = sub.add_parser("info", help="describe a dataset store")
-    p.add_argument("store")
-
-    p = sub.add_parser("fit", help="fit a model to a dataset store")
-    model_parsers = p.add_subparsers(dest="model", required=True)
-    for name, spec in sorted(models().items()):
-        m = model_parsers.add_parser(name, help=f"fit {name}")
-        m.add_argument("store")
-        m.add_argument("--out", required=True, help="run folder to create")
-        m.add_argument("--overwrite", action="store_true", help="replace an existing run folder")
-        m.add_argument("--stop-after", type=int, default=None,
-                       help="stop after this many steps, leaving a run that `buffet resume` continues")
-        _config_args(m, spec.config_cls)
-        _cluster_args(m)
-
-    p = sub.add_parser("resume", help="continue an interrupted run from its last checkpoint")
-    p.add_argument("run")
-    _cluster_args(p)
-
-    p = sub.add_parser("evaluate", help="held-out metrics of a run")
-    p.add_argument("run")
-    p.add_argument("--json", action="store_true", help="print JSON on stdout")
-    _cluster_args(p)
-
-    p = sub.add_parser("export", help="write fitted global parameters and the trace to .npz")
-    p.add_argument("run")
-    p.add_argument("--out", required=True)
-
-    p = sub.add_parser("report", help="PNG plots and a summary of a run")
-    p.add_argument("run")
-    p.add_argument("--out", required=True)
-
-    p = sub.add_parser("demo", help="the main job: ingest a real corpus, fit Bayesian NMF, report")
-    p.add_argument("--out", default="buffet-demo", help="folder for the dataset, run and report")
-    p.add_argument("--k", type=int, default=20)
-    p.add_argument("--passes", type=int, default=3)
-    p.add_argument("--overwrite", action="store_true")
-    _cluster_args(p)
-
-    p = sub.add_parser("reproduce", help="run one of the papers' experiments (tables and PNG figures)")
-    p.add_argument("name", help="experiment name, e.g. ibp-evidence, role-mining, collaborative-filtering")
-    p.add_argument("--out", default=None, help="output folder (default: reproduce-NAME)")
-    p.add_argument("--seeds", type=int, default=10, help="repeats (seeds or random splits)")
-    p.add_argument("--quick", action="store_true", help="a small version for smoke tests")
-    p.add_argument("--jester", default=None, metavar="FILE",
-                   help="collaborative-filtering: run on this Jester ratings file (count column, then one column "
-                        "per joke, 99 = unrated) instead of the MovieLens sample")
-
-    p = sub.add_parser("generate", help="write a synthetic LDA-shaped corpus as a UCI docword file")
-    p.add_argument("--docs", type=int, required=True)
-    p.add_argument("--words", type=int, default=8000)
-    p.add_argument("--topics", type=int, default=100)
-    p.add_argument("--length", type=float, default=300.0, help="mean tokens per document")
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--out", required=True, help="docword file (.txt or .txt.gz)")
-    p.add_argument("--vocab", default=None, help="also write a vocabulary file here")
+    p.add_argument("store", help="dataset store to describe as JSON: shape, kind, chunks, splits, provenance")
+    _fit_parser(sub)
+    _run_parsers(sub)
+    _job_parsers(sub)
     return parser
 
 

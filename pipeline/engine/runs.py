@@ -23,7 +23,8 @@ from buffet.pipeline.engine.selection import Candidate, choose_on_validation, wa
 
 @dataclass(frozen=True)
 class ModelSpec:
-    """How the engine runs, evaluates, exports and reports one model. ``worker_kind`` is the kind
+    """How the engine runs, evaluates, exports and reports one model. ``summary`` is the one line that
+    ``buffet fit --help`` shows for it (what it is and what data it is for); ``worker_kind`` is the kind
     of embedded LocalCluster worker its block tasks run best on (``cluster.WORKER_KINDS``); a model with
     ``candidates`` chooses those settings on validation entries (``engine.selection``)."""
 
@@ -32,6 +33,7 @@ class ModelSpec:
     evaluate: Callable[[RunStore, Executor], dict]
     export: Callable[[RunStore], dict[str, np.ndarray]]
     report: Callable[[RunStore, Path], list[Path]]
+    summary: str
     worker_kind: str = "processes"
     candidates: Callable[[Any], list[Candidate]] | None = None  # settings to choose on validation (selection)
 

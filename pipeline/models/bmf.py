@@ -44,49 +44,65 @@ from buffet.pipeline.engine.executors import Executor, tree_reduce
 from buffet.pipeline.engine.runstore import RunStore
 from buffet.pipeline.engine.seeds import stream
 from buffet.pipeline.engine.selection import Candidate
-from buffet.pipeline.engine.settings import check_selection, require_counts, require_positive
+from buffet.pipeline.engine.settings import (SelectionSettings, checkpoint_option, option, require_counts,
+                                             require_positive, split_option)
 
 FEATURE_CAPS = (2, 4, 8)  # finite K = L tried beside the configured priors when chosen on validation
 DATA_KINDS = {"logistic": "binary", "poisson": "counts"}  # values each observation model accepts
 
 
 @dataclass
-class BMFConfig:
-    """Settings of a BMF fit (SPEC 3.7). ``finite_k``/``finite_l`` None use IBP priors on U/V, a number
-    the finite Beta(alpha/K, beta)-Bernoulli prior with that many columns (alpha, lam then stay fixed).
-    phi, theta, alpha, lam are starting values, resampled under Gamma(hyper_shape, hyper_rate) priors
-    unless ``learn_hyper`` is off. ``burn_in`` sweeps are discarded from the predictions. Every row also
-    gets one Metropolis-Hastings move redrawing ``move_size`` features at once (0, the default: none; paper
-    section 3.3; on the bars data it did not improve the reconstructions, 3 seeds)."""
+class BMFConfig(SelectionSettings):
+    """Settings of a BMF fit (SPEC 3.7; the sweep of the module docstring). Why ``move_size`` defaults to
+    0: the extra move (paper section 3.3) did not improve the reconstructions of the bars data (3 seeds)."""
 
-    likelihood: str = "gaussian"
-    sweeps: int = 200
-    burn_in: int = 50
-    seed: int = 0
-    alpha: float = 1.0
-    lam: float = 1.0
-    beta: float = 1.0
-    finite_k: int | None = None
-    finite_l: int | None = None
-    phi: float = 1.0
-    theta: float = 1.0
-    w0: float = 0.0
-    learn_hyper: bool = True
-    hyper_shape: float = 1.0
-    hyper_rate: float = 1.0
-    ess_steps: int = 5
-    ess_batch: int = 8
-    move_size: int = 0
-    panel_rows: int = 100
-    panel_cols: int = 32
-    split: str | None = "heldout"
-    checkpoint_every: int = 10
-    select: str = "auto"
-    validation_fraction: float = 0.2
-    validation_folds: int = 3
+    likelihood: str = option("gaussian", "Observation model: 'gaussian' for real values, 'logistic' for binary "
+                                         "0/1 data, 'poisson' for counts (log link: rate exp(U W V^T)).")
+    sweeps: int = option(200, "Gibbs sweeps in all, burn-in included (>= 1); a sweep updates U, V, W and the "
+                              "hyperparameters once. Raise it until the traced log joint stops drifting.")
+    burn_in: int = option(50, "Sweeps discarded before predictions are averaged, in [0, --sweeps). Raise it if "
+                              "the trace still drifts early on.")
+    seed: int = option(0, "Seed of every draw of the sampler; the same seed gives the same chain on any number "
+                          "of workers.")
+    alpha: float = option(1.0, "Concentration alpha of U's prior (> 0): a row of X has about alpha / beta "
+                               "features a priori. A start value resampled with --learn-hyper under the IBP, "
+                               "else fixed.")
+    lam: float = option(1.0, "Concentration lambda of V's prior (> 0), as --alpha for the columns of X: a start "
+                             "value resampled with --learn-hyper under the IBP, else fixed.")
+    beta: float = option(1.0, "Second IBP parameter beta of both priors, pi_k ~ Beta(alpha/K, beta) (> 0), held "
+                              "fixed. Larger beta gives more features in all, each shared by fewer rows.")
+    finite_k: int | None = option(None, "Unset: an IBP prior on U, which learns the number of row features K. "
+                                        "A number K: a finite Beta-Bernoulli prior with exactly K features.")
+    finite_l: int | None = option(None, "Unset: an IBP prior on V, which learns the number of column features "
+                                        "L. A number L: a finite Beta-Bernoulli prior with exactly L features.")
+    phi: float = option(1.0, "Prior precision phi of the weights, W_kl ~ N(w0, 1/phi) (> 0): a start value, "
+                             "resampled with --learn-hyper. Smaller allows larger weights.")
+    theta: float = option(1.0, "Gaussian model only: noise precision theta = 1 / noise variance (> 0); a start "
+                               "value, resampled with --learn-hyper. Start near 1 / the data's noise variance.")
+    w0: float = option(0.0, "Prior mean w0 of the weights, W_kl ~ N(w0, 1/phi). Set it to the typical value "
+                            "one feature pair adds to an entry's linear predictor.")
+    learn_hyper: bool = option(True, "Resample phi, theta, alpha and lambda every sweep under Gamma(--hyper-shape, "
+                                     "--hyper-rate) priors; --no-learn-hyper holds them at the given values.")
+    hyper_shape: float = option(1.0, "Shape of the Gamma priors of phi, theta, alpha and lambda (> 0), used with "
+                                     "--learn-hyper. The prior mean is shape / rate.")
+    hyper_rate: float = option(1.0, "Rate of the Gamma priors of phi, theta, alpha and lambda (> 0), used with "
+                                    "--learn-hyper. Larger pulls them towards 0.")
+    ess_steps: int = option(5, "Logistic and Poisson models: elliptical slice updates of W per sweep (>= 1). "
+                               "More mix W faster; each costs rounds of likelihood tasks over all row panels.")
+    ess_batch: int = option(8, "Candidate angles of an elliptical slice update evaluated per round of tasks "
+                               "(>= 1). Any value samples exactly; larger means fewer, bigger rounds, some "
+                               "evaluations unused.")
+    move_size: int = option(0, "Features redrawn at once by one extra Metropolis-Hastings move per row and sweep "
+                               "(>= 0; 0 turns the move off). It can help a chain leave poor feature sets.")
+    panel_rows: int = option(100, "Rows of X per row panel, one task each on the U side (>= 1); the panel that "
+                                  "proposes new features rotates. Changing it changes the chain, not its target.")
+    panel_cols: int = option(32, "Columns of X per column panel, one task each on the V side (>= 1). Changing "
+                                 "it changes the chain, not its target.")
+    split: str | None = split_option("entries")
+    checkpoint_every: int = checkpoint_option(10, "sweeps")
 
     def check(self) -> None:
-        check_selection(self)
+        self.check_selection()
         if self.likelihood not in bmf.LIKELIHOODS:
             raise UserError(f"likelihood must be one of {', '.join(bmf.LIKELIHOODS)}, got {self.likelihood!r}")
         require_counts(self, ("sweeps", "ess_steps", "ess_batch", "panel_rows", "panel_cols", "checkpoint_every"))

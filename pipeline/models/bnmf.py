@@ -23,7 +23,8 @@ from buffet.pipeline.engine.blocks import Source, kept_rows, read_block, read_ro
 from buffet.pipeline.engine.executors import Executor, pick, tree_reduce
 from buffet.pipeline.engine.runstore import RunStore
 from buffet.pipeline.engine.seeds import stream
-from buffet.pipeline.engine.settings import require_counts, require_positive
+from buffet.pipeline.engine.settings import (checkpoint_option, option, require_counts, require_positive,
+                                             split_option)
 
 EVAL_BLOCK_ROWS = 500
 
@@ -35,25 +36,39 @@ class TopicModelConfig:
     The step size rho_t = (t0 + t)^-kappa defaults to t0 = 1, kappa = 0.51: the NYT schedule of
     paper 002 (kappa = 0.5) moved just inside the convergent range (0.5, 1] that SPEC 3.5 requires.
     Its large early steps escape the merged-topic optima that a slower schedule (e.g. online LDA's
-    t0 = 10, kappa = 0.7) and batch VB get stuck in. c0 defaults to 0.05 V (section 11.6).
+    t0 = 10, kappa = 0.7) and batch VB get stuck in.
     """
 
-    n_topics: int = 20
-    mode: str = "svi"
-    batch_size: int = 1000
-    passes: int = 1
-    max_iter: int = 200
-    tol: float = 1e-6
-    seed: int = 0
-    c0: float | None = None
-    kappa: float = 0.51
-    t0: float = 1.0
-    local_tol: float = 1e-3
-    chunk_rows: int = 500
-    eval_every: int = 10
-    eval_docs: int = 1000
-    checkpoint_every: int = 20
-    split: str | None = "heldout"
+    n_topics: int = option(20, "Number of topics K, a whole number >= 1. More topics split themes more finely "
+                                   "and cost time in proportion; the papers use 50-150 for large news corpora.")
+    mode: str = option("svi", "Inference: 'svi' (stochastic VI on minibatches, for large corpora) or 'batch' "
+                              "(every document each iteration; keeps the documents and q(theta) on the workers).")
+    batch_size: int = option(1000, "SVI: documents per minibatch, i.e. per step. Larger minibatches give less noisy "
+                                   "steps but fewer steps per pass; the papers use 500-2000.")
+    passes: int = option(1, "SVI: passes over the training documents; the fit runs passes x ceil(documents / "
+                            "batch_size) steps. Raise it for a small corpus that one pass cannot fit.")
+    max_iter: int = option(200, "Batch: most iterations (passes over every document). Raise it if the run ends "
+                                "before the ELBO settles at --tol.")
+    tol: float = option(1e-6, "Batch: stop once the ELBO changes by at most this fraction of its value between "
+                              "iterations (> 0). Smaller runs longer for a tighter fit.")
+    seed: int = option(0, "Seed of every random draw (initial topics, minibatch order, scored documents); the "
+                          "same seed gives the same numbers on any number of workers.")
+    c0: float | None = option(None, "Topic prior strength: beta_vk ~ Gamma(c0/V, c0), mean 1/V (> 0; unset: 0.05 V, "
+                                    "paper 002). Larger c0 pulls topics towards uniform; smaller lets them be sparser.")
+    kappa: float = option(0.51, "SVI: forgetting rate of the step size rho_t = (t0 + t)^-kappa, in (0.5, 1]. "
+                                "Larger shrinks the steps faster: steadier late, but slower to leave a poor start.")
+    t0: float = option(1.0, "SVI: delay of the step size rho_t = (t0 + t)^-kappa (> 0). Larger makes the first "
+                            "steps smaller, so early, still random minibatches weigh less.")
+    local_tol: float = option(1e-3, "Stop a document's local sweeps when q(theta_d)'s shapes move by less than this "
+                                    "on average over a sweep (> 0). Smaller fits documents more exactly, slower.")
+    chunk_rows: int = option(500, "Rows (documents) per block task. Larger blocks mean less task overhead, "
+                                  "smaller ones more parallelism and less memory per task.")
+    eval_every: int = option(10, "Score held-out documents every this many steps (and after the last). Raise it "
+                                 "to spend less time evaluating; the run's trace records the scores.")
+    eval_docs: int = option(1000, "At most this many held-out documents (drawn by --seed) are scored while "
+                                  "fitting; `buffet evaluate` scores all of them. Lower it to evaluate faster.")
+    checkpoint_every: int = checkpoint_option(20, "steps")
+    split: str | None = split_option("documents")
 
     def check(self) -> None:
         """Refuse settings that cannot work, naming the setting."""
@@ -69,22 +84,25 @@ class TopicModelConfig:
 @dataclass
 class BNMFConfig(TopicModelConfig):
     """Settings of a Bayesian NMF fit: the topic models' (``TopicModelConfig``) plus the theta prior
-    (a0, b0 default to 1/K, paper 002 section 11.6) and how the local steps run.
+    (paper 002 section 11.6) and how the local steps run.
 
-    The training local steps stop each document at ``local_tol`` or after ``max_sweeps`` sweeps
-    (default 20): on held-out documents of two generated corpora, one SVI pass with 20 sweeps
-    scores better than with 50 or 100 (fully converged local fits to the first, still random
-    topics entrench them; benchmarks/README.md section 13) and costs about 30% fewer sweeps.
-    Evaluation (document completion, ``transform``, ``score``) fits each document to
-    ``local_tol`` or ``eval_max_sweeps`` sweeps.
+    Why ``max_sweeps`` defaults to 20: on held-out documents of two generated corpora, one SVI pass
+    with 20 sweeps scores better than with 50 or 100 (fully converged local fits to the first, still
+    random topics entrench them; benchmarks/README.md section 13) and costs about 30% fewer sweeps.
     """
 
-    a0: float | None = None
-    b0: float | None = None
-    max_sweeps: int = 20
-    eval_max_sweeps: int = 100
-    precision: str = "float64"
-    accelerate: bool = False
+    a0: float | None = option(None, "Shape of the document weights' prior theta_kd ~ Gamma(a0, b0) (> 0; unset: "
+                                    "1/K, paper 002). Smaller makes each document use fewer topics.")
+    b0: float | None = option(None, "Rate of the document weights' prior theta_kd ~ Gamma(a0, b0) (> 0; unset: "
+                                    "1/K). The prior mean of theta is a0/b0.")
+    max_sweeps: int = option(20, "Training: most local sweeps per document per step (>= 1), if --local-tol is not "
+                                 "met first. More sweeps fit early, still random topics harder, which can hurt.")
+    eval_max_sweeps: int = option(100, "Evaluation (document completion, transform, score): most local sweeps per "
+                                       "document with the topics fixed (>= 1). Raise it if scores still move with it.")
+    precision: str = option("float64", "Arithmetic of the local sweeps: 'float64' or 'float32'. float32 is faster "
+                                       "and held-out scores agree to 3-4 digits on the benchmarks.")
+    accelerate: bool = option(False, "Run the local sweeps in SQUAREM cycles: fewer sweeps per document, but a "
+                                     "document may settle at another local optimum, so results differ.")
 
     def check(self) -> None:
         """Refuse settings that cannot work, naming the setting."""

@@ -20,20 +20,26 @@ from buffet.pipeline.engine.blocks import read_block, row_ranges
 from buffet.pipeline.models.bnmf import BNMFDriver, Corpus, TopicModelConfig, corpus_from_source
 from buffet.pipeline.engine.executors import pick, tree_reduce
 from buffet.pipeline.engine.seeds import stream
-from buffet.pipeline.engine.settings import require_counts, require_positive
+from buffet.pipeline.engine.settings import option, require_counts, require_positive
 
 
 @dataclass
 class CNMFConfig(TopicModelConfig):
     """Settings of a correlated NMF fit (SPEC 3.6): the topic models' (``TopicModelConfig``) plus the
-    latent space, n_dims (m) = 50 and sigma2 = 1/m by default (paper 002 section 11.6). A document's
-    local Newton iteration stops when u_d moves by less than ``local_tol`` or after ``max_steps`` steps.
+    latent space of topic and document locations (defaults of paper 002 section 11.6) and the
+    document's local Newton iteration.
     """
 
-    n_dims: int = 50
-    sigma2: float | None = None
-    local_tol: float = 1e-4
-    max_steps: int = 50
+    n_dims: int = option(50, "Dimension m of the latent space of topic locations l_k and document locations "
+                             "u_d (>= 1). Larger can express richer topic correlations but costs an m x m "
+                             "Newton solve per document.")
+    sigma2: float | None = option(None, "Prior variance of the topic locations, l_k ~ N(0, sigma2 I) (> 0; unset: "
+                                        "1/m). Smaller shrinks l_k towards 0, so topic use depends less on a "
+                                        "document's location.")
+    local_tol: float = option(1e-4, "Stop a document's Newton iteration when u_d moves by less than this (largest "
+                                    "coordinate change, > 0). Smaller fits documents more exactly, slower.")
+    max_steps: int = option(50, "Most Newton steps per document and local step (>= 1), if --local-tol is not met "
+                                "first. Raise it if documents often stop at the cap.")
 
     def check(self) -> None:
         """Refuse settings that cannot work, naming the setting."""

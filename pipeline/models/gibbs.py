@@ -28,25 +28,31 @@ from buffet.kernels.pf_noisy_or import NoisyORParams
 from buffet.pipeline.models import ibp_summary as ibp_summary
 from buffet.pipeline.engine.blocks import Source
 from buffet.pipeline.engine.executors import Executor, pick, tree_reduce
-from buffet.pipeline.models.particles import check_noisy_or, read_dense_rows
+from buffet.pipeline.models.particles import NOISY_OR_HELP, check_noisy_or, read_dense_rows
 from buffet.pipeline.engine.runstore import RunStore
 from buffet.pipeline.engine.seeds import stream
-from buffet.pipeline.engine.settings import require_counts, require_positive
+from buffet.pipeline.engine.settings import checkpoint_option, option, require_counts, require_positive
 
 
 # ----- configs: the settings and the model-specific kernel calls -----
 
 @dataclass
 class GibbsConfig:
-    """Settings shared by both Gibbs samplers (SPEC 3.4): sweeps, chains, burn-in fraction, start alpha."""
+    """Settings shared by both Gibbs samplers (SPEC 3.4; chains and burn-in as in the module docstring)."""
 
-    sweeps: int = 200
-    chains: int = 4
-    burn_in: float = 0.1
-    alpha: float = 1.0
-    max_new: int = 4
-    seed: int = 0
-    checkpoint_every: int = 10
+    sweeps: int = option(200, "Sweeps per chain, burn-in included (>= 1); a sweep updates every row. Raise it "
+                              "until the traced K+ and log joint stop drifting.")
+    chains: int = option(4, "Independent chains, run in parallel as one task each (>= 1); the posterior pools "
+                            "their retained sweeps. More chains reveal poor mixing and add samples.")
+    burn_in: float = option(0.1, "Fraction of each chain's sweeps discarded before the posterior is summed, in "
+                                 "[0, 1). Raise it if the traces still drift early on.")
+    alpha: float = option(1.0, "Starting IBP concentration alpha (> 0), resampled every sweep under a Gamma(1, 1) "
+                               "prior; a row has alpha features on average a priori.")
+    max_new: int = option(4, "Most new features one row may open in one Gibbs step (>= 1), the truncation of "
+                             "their Poisson count. Raise it if K+ grows in jumps of this size.")
+    seed: int = option(0, "Seed of the chains' draws; the same seed gives the same chains on any number of "
+                          "workers.")
+    checkpoint_every: int = checkpoint_option(10, "sweeps")
 
     BINARY: ClassVar[bool] = False
 
@@ -80,14 +86,18 @@ class GibbsConfig:
 
 @dataclass
 class LGGibbsConfig(GibbsConfig):
-    """Collapsed linear-Gaussian Gibbs (Griffiths & Ghahramani 2005): starting sigma_X, sigma_A;
-    alpha, sigma_X and sigma_A are resampled every sweep under Gamma(1, 1) priors (``LGHyperPrior``);
-    ``split_merge_moves`` split-merge Metropolis-Hastings moves follow every sweep (0 turns them off;
-    ``gibbs_linear_gaussian.split_merge``, after paper 003)."""
+    """Collapsed linear-Gaussian Gibbs (Griffiths & Ghahramani 2005): alpha, sigma_X and sigma_A are
+    resampled every sweep under Gamma(1, 1) priors (``LGHyperPrior``); the split-merge moves are
+    ``gibbs_linear_gaussian.split_merge`` (after paper 003)."""
 
-    sigma_x: float = 1.0
-    sigma_a: float = 1.0
-    split_merge_moves: int = 5
+    sigma_x: float = option(1.0, "Starting noise standard deviation sigma_X of X = Z A + noise, in the data's "
+                                 "units (> 0), resampled every sweep. A start near the data's noise level "
+                                 "shortens burn-in.")
+    sigma_a: float = option(1.0, "Starting prior standard deviation sigma_A of the feature values A, in the "
+                                 "data's units (> 0), resampled every sweep.")
+    split_merge_moves: int = option(5, "Split-merge Metropolis-Hastings moves on the features after every sweep "
+                                       "(>= 0; 0 turns them off). They help a chain escape merged or split "
+                                       "features at a small cost per move.")
 
     STATE_CLS: ClassVar[type] = lg_gibbs.LGGibbsState
 
@@ -120,9 +130,9 @@ class LGGibbsConfig(GibbsConfig):
 class NoisyORGibbsConfig(GibbsConfig):
     """Noisy-OR Gibbs on Z and Y (Wood, Griffiths & Ghahramani 2006); alpha resampled, p, lam, eps fixed."""
 
-    p: float = 0.1
-    lam: float = 0.9
-    eps: float = 0.01
+    p: float = option(0.1, NOISY_OR_HELP["p"])
+    lam: float = option(0.9, NOISY_OR_HELP["lam"])
+    eps: float = option(0.01, NOISY_OR_HELP["eps"])
 
     BINARY: ClassVar[bool] = True
     STATE_CLS: ClassVar[type] = nor_gibbs.NoisyORGibbsState

@@ -37,7 +37,8 @@ from buffet.pipeline.engine.blocks import load_training_rows, resolve, row_range
 from buffet.pipeline.engine.executors import Executor, pick, tree_reduce
 from buffet.pipeline.engine.runstore import RunStore
 from buffet.pipeline.engine.selection import Candidate
-from buffet.pipeline.engine.settings import check_selection, require_counts, require_positive
+from buffet.pipeline.engine.settings import (SelectionSettings, checkpoint_option, option, require_counts,
+                                             require_positive, split_option)
 
 CAP_CHOICES = (2, 4, 8)  # caps on K+ tried below max_k when settings are chosen on validation
 DEFAULT_OFFSET_REG = 1.0  # ridge strength of the offsets candidate when offset_reg is not given
@@ -46,36 +47,44 @@ OFFSET_SWEEPS = 20  # alternations of row and column offsets (ridge ALS converge
 
 
 @dataclass
-class IMFConfig:
-    """Settings of an IMF fit. ``alpha`` None learns alpha under its Gamma hyperprior (SPEC 3.1).
-
-    Each growth step tries ``n_candidates`` residual directions for the new feature and keeps the
-    converged candidate with the best evidence.
-
-    ``offset_reg`` None fits the paper's model; a value lambda > 0 first fits row and column offsets
-    (ridge strength lambda) and factorises what they leave (extension, ``kernels.imf.remove_offsets``).
+class IMFConfig(SelectionSettings):
+    """Settings of an IMF fit (SPEC 3.1; the K+ search of the module docstring). The row and column
+    offsets of ``offset_reg`` extend the paper's model (``kernels.imf.remove_offsets``).
     """
 
-    max_k: int = 20
-    alpha: float | None = None
-    seed: int = 0
-    chunk_rows: int = 1000
-    tol: float = 1e-6
-    max_iter: int = 300
-    prune_below: float = 0.5
-    patience: int = 1
-    checkpoint_every: int = 50
-    split: str | None = "heldout"
-    offset_reg: float | None = None
-    n_candidates: int = 3
-    select: str = "auto"
-    validation_fraction: float = 0.2
-    validation_folds: int = 3
+    max_k: int = option(20, "Largest number of features K+ the search may reach (>= 1); growth stops there. "
+                            "Raise it if the learned K+ equals it. With --select, the caps 8, 4 and 2 below it are "
+                            "tried too.")
+    alpha: float | None = option(None, "IBP concentration alpha (> 0; unset: learned under a Gamma(1, 1) "
+                                       "hyperprior). Fix it to push the evidence towards more (larger) or fewer "
+                                       "(smaller) features.")
+    seed: int = option(0, "Recorded with the run; the IMF/INMF fit draws no random numbers (K+ grows from 0 "
+                          "along residual directions), so changing it does not change the result.")
+    chunk_rows: int = option(1000, "Rows per row chunk, one task per chunk and step; q(z) stays on the workers "
+                                   "in these chunks. Larger chunks mean less task overhead, smaller more parallelism.")
+    tol: float = option(1e-6, "The alternation at one K+ has converged when the evidence changes by at most this "
+                              "fraction of its value (> 0). Smaller runs longer per K+ for a tighter fit.")
+    max_iter: int = option(300, "Most alternations at one K+ (and per candidate feature) before it counts as "
+                                "converged (>= 1). Raise it if the trace shows the evidence still rising.")
+    prune_below: float = option(0.5, "Drop a feature whose expected number of rows using it, sum_i nu_ik, falls "
+                                     "below this (in rows). Raise it to discard rarely used features sooner.")
+    patience: int = option(1, "Stop after this many growth steps in a row that fail to beat the best evidence "
+                              "(>= 1). Raise it to look past a dip in the evidence as K+ grows.")
+    checkpoint_every: int = checkpoint_option(50, "steps")
+    split: str | None = split_option("entries")
+    offset_reg: float | None = option(None, "Unset fits the paper's model. A value lambda > 0 first fits row and "
+                                            "column offsets by ridge regression (an offset from n entries shrinks "
+                                            "by n / (n + lambda)) and factorises what they leave: use it for "
+                                            "ratings, or binary data whose rows differ much in density. With "
+                                            "--select, offsets (at this strength, or 1) are tried against none.")
+    n_candidates: int = option(3, "Residual directions tried for each new feature; the candidate with the best "
+                                  "evidence is kept (>= 1). 1 is fastest; more keeps one unlucky start from "
+                                  "deciding K+.")
 
     def check(self) -> None:
         require_counts(self, ("max_k", "chunk_rows", "max_iter", "patience", "checkpoint_every", "n_candidates"))
         require_positive(self, ("alpha", "offset_reg"))
-        check_selection(self)
+        self.check_selection()
 
     def model(self) -> imf.Model:
         return imf.IMF
@@ -86,10 +95,12 @@ class IMFConfig:
 
 @dataclass
 class INMFConfig(IMFConfig):
-    """Settings of an INMF fit: IMF's plus the EP damping and sweeps over the prior sites (SPEC 3.2)."""
+    """Settings of an INMF fit: IMF's plus the EP schedule for the prior sites (SPEC 3.2)."""
 
-    damping: float = 0.7
-    ep_sweeps: int = 1
+    damping: float = option(0.7, "EP damping d in (0, 1]: a site moves the fraction d of the way to its new "
+                                 "value (1: undamped). Lower it if the evidence oscillates or the fit stalls.")
+    ep_sweeps: int = option(1, "EP passes over every prior site per update of the column posteriors (>= 1). "
+                               "Raise it if the sites settle slowly; every pass adds to each update's cost.")
 
     def check(self) -> None:
         super().check()

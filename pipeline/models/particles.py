@@ -43,7 +43,7 @@ from buffet.pipeline.engine.blocks import Source, resolve
 from buffet.pipeline.engine.executors import Executor, pick, tree_reduce
 from buffet.pipeline.engine.runstore import RunStore
 from buffet.pipeline.engine.seeds import stream
-from buffet.pipeline.engine.settings import require_counts, require_positive
+from buffet.pipeline.engine.settings import checkpoint_option, option, require_counts, require_positive
 
 
 def read_dense_rows(source: Source, binary: bool) -> DenseRows:
@@ -64,20 +64,35 @@ def check_noisy_or(config: object) -> None:
             raise UserError(f"{name} must be in (0, 1), got {getattr(config, name)}")
 
 
+# The noisy-OR parameters' help, shared by the particle filter and the Gibbs sampler (paper 001 eq. 8).
+NOISY_OR_HELP = {
+    "p": "Prior probability p that a feature is linked to a column, y_kd = 1, in (0, 1). Raise it if features "
+         "should switch on many columns each.",
+    "lam": "Probability lambda that one active, linked feature turns an entry on, in (0, 1). Lower it for noisier "
+           "data in which features often fail to show.",
+    "eps": "Leak probability epsilon that an entry is on with no active feature, in (0, 1). Raise it for data "
+           "with many spurious ones.",
+}
+
+
 # ----- configs: the settings and the model-specific kernel calls -----
 
 @dataclass
 class ParticleConfig:
-    """Settings shared by both particle filters (SPEC 3.3): P particles in ``blocks`` blocks; resample
-    when the effective sample size falls below ``ess_threshold`` P (module docstring; 1 resamples
-    after every row but the last unless the weights are exactly even, as in the paper's algorithms)."""
+    """Settings shared by both particle filters (SPEC 3.3; resampling as in the module docstring)."""
 
-    particles: int = 1000
-    blocks: int = 4
-    alpha: float = 1.0
-    seed: int = 0
-    checkpoint_every: int = 10
-    ess_threshold: float = 0.5
+    particles: int = option(1000, "Number of particles P (>= 1). More approximate the posterior better; time "
+                                  "and memory grow in proportion.")
+    blocks: int = option(4, "Blocks the particles are split into, one task per block and row (>= 1). Set it to "
+                            "about the number of workers; the numbers depend on it, not on the workers.")
+    alpha: float = option(1.0, "IBP concentration alpha (> 0), held fixed: a row has alpha features on average "
+                               "a priori. Set it to the number of features you expect per row.")
+    seed: int = option(0, "Seed of the propagation and resampling draws; the same seed and --blocks give the same "
+                          "numbers on any number of workers.")
+    checkpoint_every: int = checkpoint_option(10, "rows")
+    ess_threshold: float = option(0.5, "Resample when the effective sample size falls below this fraction of P, "
+                                       "in [0, 1]. 1 resamples after every row with uneven weights, as in the paper; "
+                                       "lower resamples less often, 0 never.")
 
     BINARY: ClassVar[bool] = False
     BLOCK_CLS: ClassVar[type] = ibp_prior.IBPParticles
@@ -104,13 +119,16 @@ class ParticleConfig:
 
 @dataclass
 class LGParticleConfig(ParticleConfig):
-    """Collapsed linear-Gaussian filter (paper 001 Alg. 2): noise and feature standard deviations, and
-    the proposal of z_i (``kernels.pf_proposals``: "prior" is the paper's, "guided" looks at x_i; the
-    default, as it gave lower ZZ^T error at equal wall time on the figure-3 images, benchmarks/README.md)."""
+    """Collapsed linear-Gaussian filter (paper 001 Alg. 2); the proposals are ``kernels.pf_proposals``'
+    (the comparison on the figure-3 images is in benchmarks/README.md)."""
 
-    sigma_x: float = 1.0
-    sigma_a: float = 1.0
-    proposal: str = "guided"
+    sigma_x: float = option(1.0, "Noise standard deviation sigma_X of X = Z A + noise, in the data's units (> 0), "
+                                 "held fixed. Set it to the noise level of the data; too small invents features.")
+    sigma_a: float = option(1.0, "Prior standard deviation sigma_A of the feature values A, in the data's units "
+                                 "(> 0), held fixed. Set it to the typical size of a feature's effect.")
+    proposal: str = option("guided", "Proposal of a row's features z_i: 'prior' (the paper's IBP prior) or "
+                                     "'guided' (weighs each existing feature by how well it explains x_i; it had the "
+                                     "lower error at equal time on the paper's images).")
 
     BLOCK_CLS: ClassVar[type] = LGParticles
 
@@ -134,11 +152,11 @@ class LGParticleConfig(ParticleConfig):
 
 @dataclass
 class NoisyORParticleConfig(ParticleConfig):
-    """Noisy-OR filter (paper 001 Alg. 3): p = P(y = 1), lam = lambda, eps = epsilon (eq. 8)."""
+    """Noisy-OR filter (paper 001 Alg. 3; the parameters of eq. 8, held fixed)."""
 
-    p: float = 0.1
-    lam: float = 0.9
-    eps: float = 0.01
+    p: float = option(0.1, NOISY_OR_HELP["p"])
+    lam: float = option(0.9, NOISY_OR_HELP["lam"])
+    eps: float = option(0.01, NOISY_OR_HELP["eps"])
 
     BINARY: ClassVar[bool] = True
     BLOCK_CLS: ClassVar[type] = NoisyORParticles

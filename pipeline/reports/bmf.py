@@ -120,4 +120,6 @@ def make_driver(config: BMFConfig, store: str, executor: Executor, validation: E
 
 
 register("bmf", ModelSpec(config_cls=BMFConfig, make_driver=make_driver, evaluate=evaluate, export=export,
-                          report=report, candidates=structural_candidates))
+                          report=report, candidates=structural_candidates,
+                          summary="binary MF X ~ f(U W V^T) with binary row and column features (IBP priors) by "
+                                  "Gibbs sampling, for real, binary or count data"))

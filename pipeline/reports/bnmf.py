@@ -104,5 +104,7 @@ def report(run: RunStore, out_dir: Path) -> list[Path]:
 # The local step spends its time in NumPy calls that release the GIL, so threads sharing the broadcast
 # topics beat worker processes that each receive a serialised copy (benchmarks/README.md section 13).
 spec = ModelSpec(config_cls=BNMFConfig, make_driver=make_driver, evaluate=evaluate, export=export, report=report,
+                 summary="Bayesian NMF (Poisson-gamma topic model) by batch VB or SVI, for count data such as "
+                         "bag-of-words corpora",
                  worker_kind="threads")
 register("bnmf", spec)

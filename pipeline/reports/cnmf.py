@@ -93,5 +93,7 @@ def report(run: RunStore, out_dir: Path) -> list[Path]:
 
 # Like Bayesian NMF's, the local step is NumPy calls that release the GIL: threads share the broadcast globals.
 spec = ModelSpec(config_cls=CNMFConfig, make_driver=make_driver, evaluate=evaluate, export=export, report=report,
+                 summary="correlated NMF: Bayesian NMF with topic and document locations in a latent space, for "
+                         "count data when topic correlations or similar documents matter",
                  worker_kind="threads")
 register("cnmf", spec)

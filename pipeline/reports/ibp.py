@@ -138,16 +138,24 @@ def report_gibbs(run: RunStore, out_dir: Path) -> list[Path]:
     return _report(run, out_dir, _gibbs_plots)
 
 
-def _spec(config_cls: type, driver_cls: type, label: str, report: Callable) -> ModelSpec:
+def _spec(config_cls: type, driver_cls: type, label: str, report: Callable, summary: str) -> ModelSpec:
     return ModelSpec(config_cls=config_cls, make_driver=lambda config, store, ex: driver_cls(config, store, ex, label),
-                     evaluate=evaluate, export=export, report=report)
+                     evaluate=evaluate, export=export, report=report, summary=summary)
 
 
 MODELS_BY_NAME = {
-    "pf-linear-gaussian": _spec(LGParticleConfig, ParticleDriver, "pf-lg", report_particles),
-    "pf-noisy-or": _spec(NoisyORParticleConfig, ParticleDriver, "pf-noisy-or", report_particles),
-    "gibbs-linear-gaussian": _spec(LGGibbsConfig, GibbsDriver, "gibbs-lg", report_gibbs),
-    "gibbs-noisy-or": _spec(NoisyORGibbsConfig, GibbsDriver, "gibbs-noisy-or", report_gibbs),
+    "pf-linear-gaussian": _spec(LGParticleConfig, ParticleDriver, "pf-lg", report_particles,
+                                "IBP linear-Gaussian model (X = Z A + noise) by a particle filter over the rows, "
+                                "for real data made of binary latent features"),
+    "pf-noisy-or": _spec(NoisyORParticleConfig, ParticleDriver, "pf-noisy-or", report_particles,
+                         "IBP noisy-OR model by a particle filter over the rows, for binary data caused by "
+                         "hidden binary causes"),
+    "gibbs-linear-gaussian": _spec(LGGibbsConfig, GibbsDriver, "gibbs-lg", report_gibbs,
+                                   "IBP linear-Gaussian model by collapsed Gibbs sampling in parallel chains, the "
+                                   "MCMC baseline for real data"),
+    "gibbs-noisy-or": _spec(NoisyORGibbsConfig, GibbsDriver, "gibbs-noisy-or", report_gibbs,
+                            "IBP noisy-OR model by Gibbs sampling in parallel chains, the MCMC baseline for binary "
+                            "data"),
 }
 for _name, _spec_value in MODELS_BY_NAME.items():
     register(_name, _spec_value)

@@ -73,8 +73,15 @@ def make_driver(config: IMFConfig, store: str, executor: Executor, validation: E
     return IMFDriver(config, store, executor, validation)
 
 
+SUMMARIES = {
+    "imf": "infinite linear-Gaussian MF (IBP features, variational, K+ chosen by evidence), for real or binary "
+           "matrices with missing entries such as ratings",
+    "inmf": "infinite nonnegative MF: IMF with nonnegative features by Power-EP, for real or binary matrices "
+            "such as ratings or user-permission tables",
+}
 MODELS_BY_NAME = {name: ModelSpec(config_cls=cls, make_driver=make_driver, evaluate=evaluate, export=export,
-                                  report=report, candidates=structural_candidates)
+                                  report=report, summary=SUMMARIES[name],
+                                  candidates=structural_candidates)
                   for name, cls in (("imf", IMFConfig), ("inmf", INMFConfig))}
 for _name, _spec in MODELS_BY_NAME.items():
     register(_name, _spec)
