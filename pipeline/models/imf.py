@@ -58,8 +58,8 @@ class IMFConfig(SelectionSettings):
     alpha: float | None = option(None, "IBP concentration alpha (> 0; unset: learned under a Gamma(1, 1) "
                                        "hyperprior). Fix it to push the evidence towards more (larger) or fewer "
                                        "(smaller) features.")
-    seed: int = option(0, "Recorded with the run; the IMF/INMF fit draws no random numbers (K+ grows from 0 "
-                          "along residual directions), so changing it does not change the result.")
+    seed: int = option(0, "Seed of the validation folds of --select; the IMF/INMF fit itself draws no random "
+                          "numbers (K+ grows from 0 along residual directions).")
     chunk_rows: int = option(1000, "Rows per row chunk, one task per chunk and step; q(z) stays on the workers "
                                    "in these chunks. Larger chunks mean less task overhead, smaller more parallelism.")
     tol: float = option(1e-6, "The alternation at one K+ has converged when the evidence changes by at most this "
