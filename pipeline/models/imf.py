@@ -32,7 +32,7 @@ import zarr
 from buffet.data.errors import UserError
 from buffet.data.store import DenseRows
 from buffet.kernels import imf, inmf
-from buffet.pipeline.engine.blocks import resolve, row_ranges
+from buffet.pipeline.engine.blocks import Source, resolve, row_ranges, task_source
 from buffet.pipeline.engine.executors import Executor, pick, tree_reduce
 from buffet.pipeline.engine.runstore import RunStore
 from buffet.pipeline.engine.settings import require_counts, require_positive
@@ -97,7 +97,7 @@ class INMFConfig(IMFConfig):
 
 # ----- block tasks -----
 
-def load_training_rows(source: str, r0: int, r1: int, split: str | None) -> DenseRows:
+def load_training_rows(source: Source, r0: int, r1: int, split: str | None) -> DenseRows:
     """Rows [r0, r1) with the held-out entries of ``split`` removed from the mask."""
     ds = resolve(source)
     rows = ds.read_rows(r0, r1)
@@ -173,7 +173,7 @@ class IMFDriver:
     """IMF/INMF with K+ search on an executor (the Driver protocol of fitloop)."""
 
     config: IMFConfig
-    source: str
+    source: Source
     executor: Executor
     label: str = "imf"
     post: dict = field(default_factory=dict)
@@ -198,8 +198,8 @@ class IMFDriver:
         self.model, self.hyper = self.config.model(), self.config.hyper()
         self.label = "inmf" if isinstance(self.config, INMFConfig) else "imf"
         self.ranges = row_ranges(ds.n_rows, self.config.chunk_rows)
-        self.blocks = [self.executor.submit(load_training_rows, self.source, r0, r1, self.split)
-                       for r0, r1 in self.ranges]
+        rows = task_source(self.source, self.executor)
+        self.blocks = [self.executor.submit(load_training_rows, rows, r0, r1, self.split) for r0, r1 in self.ranges]
         self.row_off: list = [np.zeros(r1 - r0) for r0, r1 in self.ranges]
         self.col_off = np.zeros(ds.n_cols)
         if self.config.offset_reg is not None:
