@@ -12,10 +12,13 @@ scikit-learn is not a dependency: it is imported only inside ``__sklearn_tags__`
 
 from __future__ import annotations
 
+import functools
 import inspect
 import json
 import os
+import sys
 import typing
+import zlib
 from dataclasses import asdict, fields
 from pathlib import Path
 from typing import Any, ClassVar
@@ -24,10 +27,12 @@ import numpy as np
 
 from buffet.data.arrays import from_array
 from buffet.data.errors import InputError, StoreError, UserError
+from buffet.kernels.bmf import RowStreams
 from buffet.pipeline.engine.blocks import MemoryRows
 from buffet.pipeline.engine.executors import DaskExecutor, Executor, SyncExecutor
 from buffet.pipeline.engine.fitloop import Driver, run_loop
 from buffet.pipeline.engine.runstore import RunStore
+from buffet.pipeline.engine.seeds import stream
 from buffet.pipeline.estimators.inputs import COUNTS, Data, training_data
 
 SAVE_FORMAT = 1
@@ -40,6 +45,20 @@ class NotFittedError(UserError, ValueError, AttributeError):
     AttributeError, as scikit-learn's NotFittedError, so its ``check_is_fitted`` conventions hold."""
 
 
+def not_fitted(message: str) -> NotFittedError:
+    """A NotFittedError that is also scikit-learn's when scikit-learn is loaded (never importing it), so
+    that ``except sklearn.exceptions.NotFittedError`` catches it too."""
+    exceptions = sys.modules.get("sklearn.exceptions")
+    if exceptions is None:
+        return NotFittedError(message)
+    return _with_sklearn(exceptions.NotFittedError)(message)
+
+
+@functools.lru_cache(maxsize=1)
+def _with_sklearn(sklearn_error: type) -> type:
+    return type("NotFittedError", (NotFittedError, sklearn_error), {"__module__": __name__})
+
+
 class InvalidParameterError(UserError, ValueError):
     """``set_params`` was given a name that is not a parameter of the estimator."""
 
@@ -47,6 +66,13 @@ class InvalidParameterError(UserError, ValueError):
 def executor_for(client) -> Executor:
     """The engine's executor: the Dask cluster of ``client``, or this process."""
     return DaskExecutor(client) if client is not None else SyncExecutor()
+
+
+def row_streams(seed: int, X: np.ndarray, mask: np.ndarray) -> RowStreams:
+    """Generators for the seeded Monte Carlo of new rows (``kernels.bmf.sample_new_rows``), one per row
+    keyed by the row's values and mask: a row gets the same draws whatever rows come with it."""
+    keys = [zlib.crc32(np.ascontiguousarray(x).tobytes() + np.packbits(m).tobytes()) for x, m in zip(X, mask)]
+    return RowStreams([stream(seed, "new-rows", key) for key in keys], stream(seed, "new-rows"))
 
 
 def _signature(config_cls: type, positional: tuple[str, ...]) -> inspect.Signature:
@@ -108,7 +134,8 @@ def _unpack(arrays: dict[str, np.ndarray], values: dict[str, Any]) -> dict[str, 
 class Estimator:
     """Base of the estimators (module docstring). A subclass names its config class and its model
     (as ``buffet fit`` knows it), the kind of data it reads (``inputs.COUNTS`` or ``inputs.DENSE``),
-    and implements ``_fit(config, source, executor, run)``."""
+    and implements ``_fit(config, source, executor, run)``, which sets ``trace_`` (the engine's steps;
+    ``n_iter_`` is their number)."""
 
     config_cls: ClassVar[type]
     model_name: ClassVar[str]
@@ -161,6 +188,7 @@ class Estimator:
         self._forget()
         source, run = self._run_source(data, config, run_dir)
         self._fit(config, source, executor_for(client), run)
+        self.n_iter_ = len(self.trace_)
         self.n_features_in_ = data.shape[1]
         return self
 
@@ -200,7 +228,7 @@ class Estimator:
     # ----- fitted state -----
     def _check_fitted(self) -> None:
         if not hasattr(self, "n_features_in_"):
-            raise NotFittedError(f"this {type(self).__name__} instance is not fitted yet; call fit first")
+            raise not_fitted(f"this {type(self).__name__} instance is not fitted yet; call fit first")
 
     def _check_columns(self, n_cols: int) -> None:
         self._check_fitted()
@@ -249,7 +277,7 @@ class Estimator:
         """scikit-learn input tags: count models take sparse non-negative data, dense ones NaN as missing."""
         if self.input_kind == COUNTS:
             return {"sparse": True, "positive_only": True}
-        return {"allow_nan": True}
+        return {"sparse": True, "allow_nan": True}
 
     def __sklearn_tags__(self):
         from sklearn.utils import InputTags, Tags, TargetTags, TransformerTags

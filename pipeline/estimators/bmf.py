@@ -3,7 +3,7 @@ under IBP (or finite) priors, Gibbs sampling on the engine (``BMFDriver``).
 
 New rows (same columns) are given features U by the exact pi-conditional Gibbs move of the fitted
 sampler (``kernels.bmf.conditional_sweep``) with V, W and the feature frequencies of the fit fixed:
-``kernels.bmf.sample_new_rows``, seeded from the ``seed`` parameter.
+``kernels.bmf.sample_new_rows``, seeded from the ``seed`` parameter and each row's values (``base.row_streams``).
 """
 
 from __future__ import annotations
@@ -16,8 +16,7 @@ from scipy.special import expit
 from buffet.kernels import bmf
 from buffet.pipeline.engine.executors import Executor
 from buffet.pipeline.engine.runstore import RunStore
-from buffet.pipeline.engine.seeds import stream
-from buffet.pipeline.estimators.base import Estimator
+from buffet.pipeline.estimators.base import Estimator, row_streams
 from buffet.pipeline.estimators.inputs import DENSE, dense_rows
 from buffet.pipeline.models.bmf import BMFConfig, BMFDriver
 
@@ -63,7 +62,7 @@ class BinaryMF(Estimator):
         G = self.W_ @ self.V_.T
         model = bmf.Observation(config.likelihood, self.theta_)
         samples = bmf.sample_new_rows(X, mask, G, pi, model, sweeps, min(NEW_ROW_BURN, sweeps - 1),
-                                      stream(config.seed, "new-rows"), config.move_size)
+                                      row_streams(config.seed, X, mask), config.move_size)
         return samples, G
 
     def transform(self, X, mask=None, *, sweeps: int = NEW_ROW_SWEEPS) -> np.ndarray:

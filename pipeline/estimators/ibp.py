@@ -23,8 +23,7 @@ from buffet.kernels.pf_noisy_or import NoisyORParams
 from buffet.pipeline.engine.blocks import MemoryRows, resolve
 from buffet.pipeline.engine.executors import Executor
 from buffet.pipeline.engine.runstore import RunStore
-from buffet.pipeline.engine.seeds import stream
-from buffet.pipeline.estimators.base import Estimator, executor_for
+from buffet.pipeline.estimators.base import Estimator, executor_for, row_streams
 from buffet.pipeline.estimators.inputs import DENSE, dense_matrix, dense_rows
 from buffet.pipeline.models import ibp_summary
 from buffet.pipeline.models.gibbs import GibbsDriver, LGGibbsConfig, NoisyORGibbsConfig
@@ -42,7 +41,7 @@ class _IBPModel(Estimator):
     label: ClassVar[str]
 
     def _input_tags(self) -> dict[str, bool]:
-        return {"allow_nan": True, "positive_only": self.noisy_or}
+        return {"sparse": True, "allow_nan": True, "positive_only": self.noisy_or}
 
     def _keep_summary(self, post: dict[str, np.ndarray]) -> None:
         """The posterior expectations of ``ibp_summary.finalise`` as fitted attributes."""
@@ -74,7 +73,7 @@ class _IBPModel(Estimator):
         pi = Z.sum(axis=0) / (Z.shape[0] + 1.0)
         model = self._observation(config)
         samples = bmf.sample_new_rows(X, mask, F, pi, model, sweeps, min(NEW_ROW_BURN, sweeps - 1),
-                                      stream(config.seed, "new-rows"))
+                                      row_streams(config.seed, X, mask))
         return samples.mean(axis=0), X, mask, model
 
     def transform(self, X, mask=None, *, sweeps: int = NEW_ROW_SWEEPS) -> np.ndarray:

@@ -5,7 +5,8 @@ array (with an optional boolean ``mask``, True = observed), a SciPy sparse matri
 ``sparse`` array or a ``dask.array.Array``. A dask array is computed into memory here (the engine
 reads stores and in-memory rows; reading dask chunks directly is left for later). Count models get a
 CSR matrix of non-negative integers; dense models get a float64 array and a mask, where a NaN in an
-unmasked array means a missing entry (``mask`` False).
+unmasked array means a missing entry (``mask`` False); sparse input to a dense model is densified
+(its zeros are observed values).
 """
 
 from __future__ import annotations
@@ -49,10 +50,13 @@ def _store_path(X) -> str | None:
 
 
 def _two_d(shape: tuple[int, ...]) -> None:
+    """Refuse anything but a matrix with a row and a column (messages in scikit-learn's words)."""
     if len(shape) != 2:
-        raise InputError(f"X must be 2-D (rows x columns), got shape {shape}; reshape a single row with X[None, :]")
-    if shape[0] < 1 or shape[1] < 1:
-        raise InputError(f"X has shape {shape}: at least one row and one column are needed")
+        raise InputError(f"X must be 2-D (rows x columns), got shape {shape}; Reshape your data, "
+                         f"e.g. X[None, :] for a single row")
+    for size, what in zip(shape, ("sample", "feature")):
+        if size < 1:
+            raise InputError(f"Found array with 0 {what}(s) (shape={shape}) while a minimum of 1 is required.")
 
 
 def counts_matrix(X) -> sp.csr_matrix:
@@ -65,12 +69,17 @@ def counts_matrix(X) -> sp.csr_matrix:
 
 
 def _dense_array(X) -> np.ndarray:
+    """Any array-like of real numbers as a float64 matrix (sparse input densified)."""
     X = _computed(X)
     arr = np.asarray(X.toarray() if sp.issparse(X) else X)
-    if arr.dtype == object or not (np.issubdtype(arr.dtype, np.number) or arr.dtype == bool):
-        raise InputError(f"X must hold numbers, got dtype {arr.dtype}")
+    if np.iscomplexobj(arr):
+        raise InputError("Complex data not supported: X must hold real numbers")
+    try:
+        arr = arr.astype(np.float64)    # an object that is no number at all stays numpy's TypeError
+    except ValueError:
+        raise InputError(f"X must hold numbers, got dtype {arr.dtype}") from None
     _two_d(arr.shape)
-    return arr.astype(np.float64)
+    return arr
 
 
 def dense_matrix(X, mask=None) -> tuple[np.ndarray, np.ndarray | None]:
