@@ -77,7 +77,7 @@ class BinaryMF(Estimator):
         likelihood = self._config().likelihood
         return np.mean([bmf.mean_of(likelihood, U @ G) for U in samples], axis=0)
 
-    def score(self, X, y=None, mask=None, *, sweeps: int = NEW_ROW_SWEEPS) -> float:
+    def score(self, X, y=None, *, mask=None, sweeps: int = NEW_ROW_SWEEPS) -> float:
         """Mean log likelihood of the observed entries of ``X`` under ``predict``'s predictive mean, with
         the configured likelihood (Gaussian at precision ``theta_``, Bernoulli, Poisson); higher is better."""
         X, mask = dense_rows(X, mask)

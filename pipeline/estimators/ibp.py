@@ -25,7 +25,6 @@ from buffet.pipeline.engine.executors import Executor
 from buffet.pipeline.engine.runstore import RunStore
 from buffet.pipeline.estimators.base import Estimator, executor_for, row_streams
 from buffet.pipeline.estimators.inputs import DENSE, dense_matrix, dense_rows
-from buffet.pipeline.models import ibp_summary
 from buffet.pipeline.models.gibbs import GibbsDriver, LGGibbsConfig, NoisyORGibbsConfig
 from buffet.pipeline.models.particles import LGParticleConfig, NoisyORParticleConfig, ParticleDriver
 
@@ -133,7 +132,7 @@ class _ParticleFilter(_IBPModel):
         self._keep(driver)
         return self
 
-    def score(self, X, y=None, mask=None, client=None) -> float:
+    def score(self, X, y=None, *, mask=None, client=None) -> float:
         """log p(X | training rows) per row of ``X``: the filter's evidence increments while a copy of the
         fitted particles processes the rows of ``X`` (SPEC 3.3 weights; the fitted model is unchanged)."""
         driver = self._continued(X, mask, client)
@@ -167,7 +166,7 @@ class _GibbsSampler(_IBPModel):
     def _reference(self) -> tuple[np.ndarray, np.ndarray]:
         return self.Z_, self.sample_features_
 
-    def score(self, X, y=None, mask=None, *, sweeps: int = NEW_ROW_SWEEPS) -> float:
+    def score(self, X, y=None, *, mask=None, sweeps: int = NEW_ROW_SWEEPS) -> float:
         """Mean over the rows of ``X`` of log p(x_i | E[z_i] F) over the observed entries, with ``transform``'s
         E[z_i] and the reference sample's features F (Gaussian at its sigma_X, or noisy-OR); higher is better."""
         nu, X, mask, model = self._new_rows(X, mask, sweeps)

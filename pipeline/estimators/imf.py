@@ -70,7 +70,7 @@ class IMF(Estimator):
         nu = imf.fit_rows(imf.remove_offsets(X, mask, row_off, self.column_offsets_), mask, self.posterior_)
         return nu @ self.components_ + row_off[:, None] + self.column_offsets_[None, :]
 
-    def score(self, X, y=None, mask=None) -> float:
+    def score(self, X, y=None, *, mask=None) -> float:
         """Negative mean squared error of ``predict`` over the observed entries of ``X`` (higher is better).
 
         The rows' own observed entries are used both to fit their z_i and to score them, so this is a
