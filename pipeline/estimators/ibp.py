@@ -129,6 +129,7 @@ class _ParticleFilter(_IBPModel):
             return self.fit(X, mask=mask, client=client)
         driver = self._continued(X, mask, client)
         self.trace_ = self._run(driver, self._config(), None, self.n_rows_, list(self.trace_))
+        self.n_iter_ = len(self.trace_)
         self._keep(driver)
         return self
 
