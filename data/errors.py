@@ -9,8 +9,9 @@ class UserError(Exception):
     """A problem with the user's input or arguments, explained in the message."""
 
 
-class InputError(UserError):
-    """Bad input data: names the file, line or entry at fault (SPEC 1)."""
+class InputError(UserError, ValueError):
+    """Bad input data: names the file, line or entry at fault (SPEC 1). Also a ValueError, the
+    exception Python and scikit-learn conventions expect for a bad value."""
 
 
 class StoreError(UserError):

@@ -253,8 +253,18 @@ def conditional_panel_sweep(X: np.ndarray, mask: np.ndarray, Z: np.ndarray, W: n
     each vectorised over the panel's rows, then a ``multi_feature_move`` of ``move_size`` active
     features with P(u_ik = 1) = pi_k. Returns the new Z.
     """
+    return conditional_sweep(X, mask, Z, W @ other.T, pi, active, model, rng, move_size)
+
+
+def conditional_sweep(X: np.ndarray, mask: np.ndarray, Z: np.ndarray, G: np.ndarray, pi: np.ndarray,
+                      active: np.ndarray, model: Observation, rng: np.random.Generator,
+                      move_size: int = 0) -> np.ndarray:
+    """``conditional_panel_sweep`` for rows whose linear predictor is Z G (G: K x J, e.g. (W V^T)).
+
+    ``model`` needs only ``rows(X, mask, M)``, the log likelihood of each row's observed entries at
+    linear predictor M, so any model whose rows see their features through z_i G can use it.
+    """
     Z = Z.copy()
-    G = W @ other.T
     M = Z @ G
     current = model.rows(X, mask, M)
     for k in np.flatnonzero(active):
@@ -269,6 +279,55 @@ def conditional_panel_sweep(X: np.ndarray, mask: np.ndarray, Z: np.ndarray, W: n
         Z[:, k] = new
     P = np.broadcast_to(pi, Z.shape)
     return multi_feature_move(X, mask, Z, G, P, np.flatnonzero(active), move_size, model, rng)
+
+
+class RowStreams:
+    """Draws made row by row, to stand in for a Generator in ``conditional_sweep``: generator i makes every
+    draw of row i (``random(size)`` with size[0] rows), so a row's draws do not depend on which other rows
+    come with it or in what order; draws shared by all rows (``choice``) come from ``shared``."""
+
+    def __init__(self, rows: list[np.random.Generator], shared: np.random.Generator):
+        self.rows, self.shared = rows, shared
+
+    def random(self, size: int | tuple[int, ...]) -> np.ndarray:
+        shape = (size,) if isinstance(size, (int, np.integer)) else tuple(size)
+        return np.array([g.random(shape[1:]) for g in self.rows], dtype=np.float64).reshape(shape)
+
+    def choice(self, *args, **kwargs) -> np.ndarray:
+        return self.shared.choice(*args, **kwargs)
+
+
+def sample_new_rows(X: np.ndarray, mask: np.ndarray, G: np.ndarray, pi: np.ndarray, model: Observation,
+                    sweeps: int, burn: int, rng: np.random.Generator | RowStreams,
+                    move_size: int = 0) -> np.ndarray:
+    """Samples of the binary features of new rows given fixed features G (K x J) and frequencies pi (K,).
+
+    Under z_ik ~ Bern(pi_k) independently and x_i ~ p(x | z_i G) the new rows are independent, and
+    ``conditional_sweep`` with every feature active is a Gibbs sweep of their posterior. Starting at
+    z = 0, ``sweeps`` sweeps are run and the samples after the first ``burn`` returned,
+    (sweeps - burn, n, K) bool; their mean estimates E[z_i | x_i] (SPEC 3.7 for BMF's new rows; the
+    IBP estimators use it with the features of one posterior sample, SPEC 3.3-3.4). With ``RowStreams``
+    each row's samples depend only on that row and its generator.
+    """
+    Z = np.zeros((X.shape[0], G.shape[0]), bool)
+    active = np.ones(G.shape[0], bool)
+    kept = []
+    for sweep in range(sweeps):
+        Z = conditional_sweep(X, mask, Z, G, pi, active, model, rng, move_size)
+        if sweep >= burn:
+            kept.append(Z)
+    return np.stack(kept) if kept else np.zeros((0, *Z.shape), bool)
+
+
+def linear_predictor(likelihood: str, mean: np.ndarray) -> np.ndarray:
+    """The m with ``mean_of(likelihood, m)`` = mean (the inverse link; means at the boundary of the
+    range are clipped to it within 1e-12), to score data under a predictive mean."""
+    if likelihood == "gaussian":
+        return mean
+    if likelihood == "logistic":
+        p = np.clip(mean, 1e-12, 1.0 - 1e-12)
+        return np.log(p) - np.log1p(-p)
+    return np.log(np.maximum(mean, 1e-12))
 
 
 # ----- W given U and V (section 3.1) -----

@@ -295,6 +295,8 @@ def split_merge(X: np.ndarray, Z: np.ndarray, alpha: float, sigma_x: float, sigm
     accepted with probability min(1, R) for a split and min(1, 1 / R) for a merge. Returns the new Z.
     """
     n = X.shape[0]
+    if n < 2:
+        return Z     # no pair of rows to split or merge by
     i, j = rng.choice(n, size=2, replace=False)
     own_i, own_j = np.flatnonzero(Z[i]), np.flatnonzero(Z[j])
     if not own_i.size or not own_j.size:

@@ -36,6 +36,18 @@ class NoisyORGibbsState:
     alpha: float
 
 
+@dataclass(frozen=True)
+class NoisyORObservation:
+    """The noisy-OR likelihood as an observation model of rows with linear predictor eta = z_i Y
+    (eq. 8; eta may be fractional, e.g. with an average of Y), for ``bmf.conditional_sweep``."""
+
+    params: NoisyORParams
+
+    def rows(self, X: np.ndarray, mask: np.ndarray | None, eta: np.ndarray) -> np.ndarray:
+        """log P(x_i | eta_i) over each row's observed entries (vector over rows)."""
+        return row_log_lik(np.asarray(X, bool), eta, self.params, 0, mask)
+
+
 def log_joint(X: np.ndarray, state: NoisyORGibbsState, params: NoisyORParams,
               observed: np.ndarray | None = None) -> float:
     """log P([Z] | alpha) + log P(Y) + log P(X | Z, Y) (eqs. 2 and 8): the trace to monitor a chain."""

@@ -170,6 +170,27 @@ def row_step(x: np.ndarray, mask: np.ndarray | None, nu: np.ndarray, post: Post,
     return nu, chunk_stats(x, mask, nu)
 
 
+def fit_rows(x: np.ndarray, mask: np.ndarray | None, post: Post, tol: float = 1e-8,
+             max_sweeps: int = 500) -> np.ndarray:
+    """q(z_i) of rows not in the fit, with the column posteriors fixed (SPEC 3.1 row update).
+
+    Starts every nu_ik at E[pi_k] and repeats the coordinate-ascent sweep (``sweep_rows``) until no
+    nu_ik moves by more than ``tol`` (or ``max_sweeps`` sweeps): a fixed point of paper eq. 8 for each
+    row. Returns nu (n, K).
+    """
+    b, g = row_terms(x, mask, post)
+    log_pi, log_1mpi = beta_log_means(post["t1"], post["t2"])
+    eta_x, _ = gamma_means(post["ax"], post["bx"])
+    nu = np.broadcast_to(post["t1"] / (post["t1"] + post["t2"]), (x.shape[0], post["m"].shape[1])).copy()
+    for _ in range(max_sweeps):
+        new = sweep_rows(nu, b, g, log_pi - log_1mpi, eta_x)
+        moved = np.max(np.abs(new - nu), initial=0.0)
+        nu = new
+        if moved <= tol:
+            break
+    return nu
+
+
 # ----------------------------------------------------------------------------- column update
 
 

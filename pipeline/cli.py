@@ -349,6 +349,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     debug = "--debug" in argv
     args = build_parser().parse_args([a for a in argv if a != "--debug"])
     handler = console(logging.WARNING if getattr(args, "quiet", False) else logging.INFO)
+    if not debug:  # asyncio's notes on tasks a Ctrl-C or a lost cluster cut short are not the user's business
+        logging.getLogger("asyncio").setLevel(logging.CRITICAL)
     try:
         COMMANDS[args.command](args)
     except (Exception, KeyboardInterrupt) as exc:

@@ -6,7 +6,7 @@ import pytest
 from buffet.data.errors import UserError
 from buffet.pipeline.models.bnmf import BNMFConfig
 from buffet.pipeline.reports.bnmf import topic_word
-from buffet.pipeline.estimator import BayesianNMF
+from buffet.pipeline.estimators import BayesianNMF
 from buffet.pipeline.engine.executors import DaskExecutor, SyncExecutor
 from buffet.pipeline.engine.runs import fit_run, resume_run
 from buffet.pipeline.engine.runstore import RunStore
@@ -86,9 +86,9 @@ def test_params_round_trip_and_bad_settings_are_refused():
     assert params["n_topics"] == 7 and params["batch_size"] == 50 and params["mode"] == "svi"
     assert model.set_params(mode="batch", max_iter=3).get_params()["mode"] == "batch"
     assert BayesianNMF(**params).get_params() == params
-    with pytest.raises(UserError, match="kappa"):
-        model.set_params(kappa=0.3)
+    with pytest.raises(UserError, match="kappa"):  # settings are checked by fit (scikit-learn: no work in __init__)
+        model.set_params(kappa=0.3).fit(np.ones((2, 3)))
     with pytest.raises(UserError, match="n_topics"):
-        BayesianNMF(n_topics=0)
+        BayesianNMF(n_topics=0).fit(np.ones((2, 3)))
     with pytest.raises(UserError, match="not fitted"):
         BayesianNMF().transform(np.ones((2, 3)))

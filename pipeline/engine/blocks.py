@@ -8,13 +8,14 @@ range of rows minus the rows a split holds out.
 from __future__ import annotations
 
 import functools
-from typing import Union
+from typing import Any, Union
 
 import numpy as np
 import scipy.sparse as sp
 
 from buffet.data.splits import EntrySample
 from buffet.data.store import CSRRows, Dataset, DenseRows
+from buffet.pipeline.engine.executors import Executor
 
 
 class MemoryRows:
@@ -27,6 +28,13 @@ class MemoryRows:
         self.shape = self.X.shape
         self.n_rows, self.n_cols = self.shape
         self.layout = "csr" if self.sparse else "dense"
+
+    def __str__(self) -> str:
+        return f"in-memory {'sparse' if self.sparse else 'dense'} matrix {self.n_rows} x {self.n_cols}"
+
+    def split_names(self) -> list[str]:
+        """In-memory rows carry no stored splits (a dataset store's ``split_names``)."""
+        return []
 
     def read_rows(self, r0: int, r1: int) -> CSRRows | DenseRows:
         if self.sparse:
@@ -45,6 +53,12 @@ def _open(path: str) -> Dataset:
 
 def resolve(source: Source) -> Dataset | MemoryRows:
     return _open(source) if isinstance(source, str) else source
+
+
+def task_source(source: Source, executor: Executor) -> Any:
+    """What block tasks are given to read ``source``: a store path as it is (each worker opens it), and
+    in-memory rows sent to every worker once (``Executor.broadcast``) instead of with every task."""
+    return source if isinstance(source, str) else executor.broadcast(source)
 
 
 def row_ranges(n_rows: int, rows_per_block: int) -> list[tuple[int, int]]:

@@ -29,7 +29,7 @@ from buffet.pipeline.models.bmf import BMFConfig, BMFDriver
 from buffet.pipeline.reports.bmf import heldout_scores
 from buffet.pipeline.engine.executors import SyncExecutor
 from buffet.pipeline.engine.fitloop import run_loop
-from buffet.pipeline.reports.plots import plt, save_figure
+from buffet.pipeline.reports.plots import new_figure, save_figure
 from buffet.pipeline.experiments.common import markdown_table, mean_std, write_csv, write_markdown, write_store
 
 SIDE = 8
@@ -56,7 +56,7 @@ def nearest_bottom(x: np.ndarray, missing: np.ndarray) -> np.ndarray:
 def image_rows(rows: dict[str, np.ndarray], path: Path) -> Path:
     """One figure row per labelled set of images (each SHOWN x 64) on one grey scale, missing pixels (NaN)
     in a lighter grey."""
-    fig, axes = plt.subplots(len(rows), SHOWN, figsize=(SHOWN * 1.1, len(rows) * 1.25), squeeze=False)
+    fig, axes = new_figure(len(rows), SHOWN, figsize=(SHOWN * 1.1, len(rows) * 1.25), squeeze=False)
     values = np.concatenate([images[:SHOWN].ravel() for images in rows.values()])
     low, high = np.nanmin(values), np.nanmax(values)
     for r, (label, images) in enumerate(rows.items()):

@@ -35,7 +35,7 @@ from buffet.kernels import baselines
 from buffet.pipeline.experiments import registry as reproduce
 from buffet.pipeline.models.imf import IMFConfig, INMFConfig
 from buffet.kernels.metrics import error_metrics
-from buffet.pipeline.reports.plots import plt, save_figure
+from buffet.pipeline.reports.plots import new_figure, save_figure
 from buffet.pipeline.experiments.common import (choose_k, choose_on_validation, fit_engine, markdown_table,
                                               mean_std, nmf_path, write_csv, write_markdown, write_store)
 from buffet.pipeline.engine.seeds import stream
@@ -245,7 +245,7 @@ def figure(rows: list[list[object]], path: Path, data_name: str) -> Path:
     """NMAE mean +- std per method (paper 000 figure 4's layout), with the paper's printed VFMF/TVIMF."""
     measured = [r for r in rows if not np.isnan(r[2])]
     paper = [r for r in rows if np.isnan(r[2])]
-    fig, ax = plt.subplots(figsize=(8, 4.5))
+    fig, ax = new_figure(figsize=(8, 4.5))
     pos = np.arange(len(measured))
     ax.bar(pos, [r[2] for r in measured], yerr=[r[3] for r in measured], color="tab:blue", alpha=0.6, capsize=3,
            label=f"measured, {data_name} (mean +- std)")

@@ -22,7 +22,7 @@ from buffet.kernels import imf
 from buffet.kernels.ibp_images import make_images
 from buffet.pipeline.experiments import registry as reproduce
 from buffet.pipeline.models.imf import IMFConfig, INMFConfig
-from buffet.pipeline.reports.plots import plt, save_figure
+from buffet.pipeline.reports.plots import new_figure, save_figure
 from buffet.pipeline.experiments.common import fit_engine, markdown_table, write_csv, write_markdown, write_store
 
 N_ROWS = 50
@@ -74,7 +74,7 @@ def true_k_reachable(values: np.ndarray, oracle: np.ndarray) -> np.ndarray:
 def figure(curves: dict[str, np.ndarray], oracles: dict[str, np.ndarray], path: Path) -> Path:
     """L(q; K+) - max_K L(q; K) against K+ for every seed (thin) and their mean (thick), per model, with
     each seed's oracle L(q; TRUE_K) from the true Z on the same scale (crosses)."""
-    fig, axes = plt.subplots(1, len(curves), figsize=(11, 4), squeeze=False)
+    fig, axes = new_figure(1, len(curves), figsize=(11, 4), squeeze=False)
     for ax, (name, values) in zip(axes[0], curves.items()):
         ks = np.arange(1, values.shape[1] + 1)
         top = np.nanmax(values, axis=1, keepdims=True)

@@ -43,7 +43,7 @@ from buffet.pipeline.engine.fitloop import run_loop
 from buffet.pipeline.models.gibbs import GibbsDriver, LGGibbsConfig, NoisyORGibbsConfig
 from buffet.pipeline.models.imf import IMFConfig, IMFDriver, INMFConfig
 from buffet.pipeline.models.particles import LGParticleConfig, NoisyORParticleConfig, ParticleDriver
-from buffet.pipeline.reports.plots import plt, save_figure
+from buffet.pipeline.reports.plots import new_figure, save_figure
 from buffet.pipeline.experiments.common import markdown_table, mean_std, write_csv, write_markdown, write_store
 
 PF, GIBBS = "particle filter", "Gibbs"
@@ -180,7 +180,7 @@ def curve_rows(points: Sequence[Point]) -> list[list[object]]:
 def figure(curves: dict[str, Sequence[Point]], setting_names: dict[str, str], y_label: str, title: str,
            path: Path) -> Path:
     """Mean error against mean wall time with standard-deviation bars in both directions (log time)."""
-    fig, ax = plt.subplots(figsize=(7, 4.5))
+    fig, ax = new_figure(figsize=(7, 4.5))
     for method, points in curves.items():
         (t, t_sd), (e, e_sd) = zip(*[p.time for p in points]), zip(*[p.error for p in points])
         ax.errorbar(t, e, xerr=t_sd, yerr=e_sd, marker="o", capsize=3, label=method)

@@ -34,7 +34,7 @@ from buffet.kernels import baselines
 from buffet.pipeline.experiments import registry as reproduce
 from buffet.pipeline.models.imf import IMFConfig, INMFConfig
 from buffet.kernels.metrics import auc
-from buffet.pipeline.reports.plots import plt, save_figure
+from buffet.pipeline.reports.plots import new_figure, save_figure
 from buffet.pipeline.experiments.common import (choose_k, choose_on_validation, fit_engine, markdown_table,
                                               mean_std, nmf_path, write_csv, write_markdown, write_store)
 
@@ -213,7 +213,7 @@ def summarise(records: list[tuple[str, int, str, int, float]]) -> list[list[obje
 def figure(rows: list[list[object]], path: Path) -> Path:
     """AUC mean +- std per method and data set, the paper's AUC as black marks."""
     datasets = list(dict.fromkeys(r[0] for r in rows))
-    fig, axes = plt.subplots(1, len(datasets), figsize=(6 * len(datasets), 4.5), squeeze=False)
+    fig, axes = new_figure(1, len(datasets), figsize=(6 * len(datasets), 4.5), squeeze=False)
     for ax, dataset in zip(axes[0], datasets):
         mine = [r for r in rows if r[0] == dataset]
         pos = np.arange(len(mine))

@@ -38,7 +38,7 @@ from buffet.data.store import DenseRows, check_values
 from buffet.kernels import bmf
 from buffet.kernels.ibp_prior import sample_ibp
 from buffet.data.splits import EntrySample
-from buffet.pipeline.engine.blocks import Source, load_training_rows, resolve, row_ranges, target_entries
+from buffet.pipeline.engine.blocks import Source, load_training_rows, resolve, row_ranges, target_entries, task_source
 from buffet.pipeline.engine.cluster import single_threaded_blas
 from buffet.pipeline.engine.executors import Executor, tree_reduce
 from buffet.pipeline.engine.runstore import RunStore
@@ -195,7 +195,8 @@ class BMFDriver:
         self.shape = ds.shape
         self.row_bounds = row_ranges(ds.n_rows, config.panel_rows)
         self.col_bounds = row_ranges(ds.n_cols, config.panel_cols)
-        self.rows = [executor.submit(load_training_rows, source, r0, r1, self.split, validation)
+        rows = task_source(source, executor)
+        self.rows = [executor.submit(load_training_rows, rows, r0, r1, self.split, validation)
                      for r0, r1 in self.row_bounds]
         kind = DATA_KINDS.get(config.likelihood)
         problems = executor.gather([executor.submit(check_task, p, kind, f"{source} (rows {r0}-{r1 - 1})")

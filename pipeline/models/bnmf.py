@@ -211,6 +211,7 @@ class BNMFDriver:
     docs_seen: int = 0
     label: str = "bnmf"
     local_name: ClassVar[str] = "a"
+    effort: ClassVar[tuple[str, str]] = ("mean_sweeps", "sweeps")  # (trace key, statistic) of local-step effort
     _blocks: list = field(default_factory=list)
     _states: list = field(default_factory=list)
     _eval: list = field(default_factory=list)
@@ -225,10 +226,13 @@ class BNMFDriver:
         self._eval = self._load_eval_blocks()
 
     # -- set-up and restore --
-    def start(self) -> None:
+    def start(self, n_tokens: float | None = None, n_docs: int | None = None) -> None:
+        """Initial globals for a corpus of ``n_docs`` documents and ``n_tokens`` tokens (default: this
+        corpus's training documents; the estimators' ``partial_fit`` passes the streamed corpus's size)."""
         rng = stream(self.config.seed, "init")
-        self.g, self.h = bnmf.initial_globals(self.corpus.n_words, self.config.n_topics, self.corpus.n_tokens,
-                                              self.corpus.n_train, self.hyper, rng)
+        self.g, self.h = bnmf.initial_globals(self.corpus.n_words, self.config.n_topics,
+                                              self.corpus.n_tokens if n_tokens is None else n_tokens,
+                                              self.corpus.n_train if n_docs is None else n_docs, self.hyper, rng)
         if self.config.mode == "batch":
             self._load_batch_blocks()
             self._states = [None] * len(self._blocks)
@@ -325,17 +329,33 @@ class BNMFDriver:
         blocks = self._prefetched.pop(step, None) or self._minibatch_rows(step)
         if step + 1 < self.total_steps():
             self._prefetched = {step + 1: self._minibatch_rows(step + 1)}
-        view = self.executor.broadcast(self._sweep_view())
-        parts = [self.executor.submit(svi_block_task, rows, view, self.hyper,
-                                      self.config.local_settings()) for rows in blocks]
-        stats = self.executor.gather(tree_reduce(self.executor, parts))
+        stats, rho = self.svi_update(blocks, step, self.corpus.n_train)
+        record_key, stat_key = self.effort
+        return {"step": step + 1, "pass": step // n_mb + 1, "docs_seen": self.docs_seen, "rho": rho,
+                record_key: stats[stat_key] / max(stats["docs"], 1.0)}
+
+    def svi_update(self, blocks: list, step: int, n_docs: float) -> tuple[dict, float]:
+        """SVI step ``step`` on the minibatch ``blocks`` of a corpus of ``n_docs`` documents: local steps
+        on the workers, then the natural-gradient update of the globals with the minibatch sums scaled
+        by n_docs / |batch| (eqs. 11.33-11.34). The one update path of ``fit`` and of the estimators'
+        ``partial_fit``. Returns the reduced statistics and the step size."""
+        stats = self.executor.gather(tree_reduce(self.executor, self._svi_parts(blocks)))
         rho = bnmf.step_size(step, self.config.t0, self.config.kappa)
         if stats["docs"] > 0:
-            self.g, self.h = bnmf.stochastic_update(self.g, self.h, stats["S"], stats["theta_sum"], self.hyper,
-                                                    self.corpus.n_train / stats["docs"], rho)
+            self._svi_globals(stats, n_docs / stats["docs"], rho)
         self.docs_seen += int(stats["docs"])
-        return {"step": step + 1, "pass": step // n_mb + 1, "docs_seen": self.docs_seen, "rho": rho,
-                "mean_sweeps": stats["sweeps"] / max(stats["docs"], 1.0)}
+        return stats, rho
+
+    def _svi_parts(self, blocks: list) -> list:
+        """The local-step tasks of a minibatch's blocks (``svi_block_task``)."""
+        view = self.executor.broadcast(self._sweep_view())
+        return [self.executor.submit(svi_block_task, rows, view, self.hyper, self.config.local_settings())
+                for rows in blocks]
+
+    def _svi_globals(self, stats: dict, scale: float, rho: float) -> None:
+        """q(beta)'s natural-gradient step (eqs. 11.33-11.34)."""
+        self.g, self.h = bnmf.stochastic_update(self.g, self.h, stats["S"], stats["theta_sum"], self.hyper,
+                                                scale, rho)
 
     def heldout_loglik(self) -> float:
         """Per-word held-out log likelihood by threefold document completion (SPEC 4)."""

@@ -100,13 +100,14 @@ class CNMFDriver(BNMFDriver):
     L: np.ndarray | None = None
     label: str = "cnmf"
     local_name = "u"
+    effort = ("mean_newton_steps", "steps")
 
     def __post_init__(self) -> None:
         super().__post_init__()
         self.prior = self.config.prior()
 
-    def start(self) -> None:
-        super().start()
+    def start(self, n_tokens: float | None = None, n_docs: int | None = None) -> None:
+        super().start(n_tokens, n_docs)
         self.L = cnmf.initial_topics(self.config.n_topics, self.prior, stream(self.config.seed, "locations"))
 
     def set_globals(self, arrays: dict) -> None:
@@ -147,26 +148,18 @@ class CNMFDriver(BNMFDriver):
                 "elbo": local + cnmf.topic_prior(self.L, self.prior) + bnmf.global_elbo(self.g, self.h, self.hyper),
                 "mean_newton_steps": stats["steps"] / self.corpus.n_train}
 
-    def _svi_step(self, step: int) -> dict:
-        """One SVI step: the natural-gradient step of q(beta) (eqs. 11.33-11.34) and the Newton step of
-        L (eq. 11.35), minibatch sums scaled by D/|C_t|, both from the globals the minibatch saw."""
-        n_mb = len(self.minibatches)
-        blocks = self._prefetched.pop(step, None) or self._minibatch_rows(step)
-        if step + 1 < self.total_steps():
-            self._prefetched = {step + 1: self._minibatch_rows(step + 1)}
+    def _svi_parts(self, blocks: list) -> list:
+        """The local-step tasks of a minibatch's blocks: u_d, alpha_d and their statistics."""
         view = self.executor.broadcast(self.view())
-        parts = [self.executor.submit(svi_block_task, rows, view, self.L, self.config.local_settings())
-                 for rows in blocks]
-        stats = self.executor.gather(tree_reduce(self.executor, parts))
-        rho = bnmf.step_size(step, self.config.t0, self.config.kappa)
-        if stats["docs"] > 0:
-            scale = self.corpus.n_train / stats["docs"]
-            beta_sum = (self.g / self.h).sum(axis=0)
-            self.L = cnmf.stochastic_topic_step(self.L, stats, beta_sum, self.prior, scale, rho)
-            self.g, self.h = bnmf.stochastic_update(self.g, self.h, stats["S"], stats["w_sum"], self.hyper, scale, rho)
-        self.docs_seen += int(stats["docs"])
-        return {"step": step + 1, "pass": step // n_mb + 1, "docs_seen": self.docs_seen, "rho": rho,
-                "mean_newton_steps": stats["steps"] / max(stats["docs"], 1.0)}
+        return [self.executor.submit(svi_block_task, rows, view, self.L, self.config.local_settings())
+                for rows in blocks]
+
+    def _svi_globals(self, stats: dict, scale: float, rho: float) -> None:
+        """The natural-gradient step of q(beta) (eqs. 11.33-11.34) and the Newton step of L (eq. 11.35),
+        minibatch sums scaled by D/|C_t|, both from the globals the minibatch saw."""
+        beta_sum = (self.g / self.h).sum(axis=0)
+        self.L = cnmf.stochastic_topic_step(self.L, stats, beta_sum, self.prior, scale, rho)
+        self.g, self.h = bnmf.stochastic_update(self.g, self.h, stats["S"], stats["w_sum"], self.hyper, scale, rho)
 
     def heldout_loglik(self) -> float:
         """Per-word held-out log likelihood by threefold document completion (SPEC 4)."""

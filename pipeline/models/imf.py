@@ -33,7 +33,8 @@ from buffet.data.errors import UserError
 from buffet.data.store import DenseRows
 from buffet.kernels import imf, inmf
 from buffet.data.splits import EntrySample
-from buffet.pipeline.engine.blocks import load_training_rows, resolve, row_ranges, target_entries
+from buffet.pipeline.engine.blocks import (Source, load_training_rows, resolve, row_ranges, target_entries,
+                                          task_source)
 from buffet.pipeline.engine.executors import Executor, pick, tree_reduce
 from buffet.pipeline.engine.runstore import RunStore
 from buffet.pipeline.engine.selection import Candidate
@@ -169,7 +170,7 @@ def extend_task(nu: np.ndarray, p: np.ndarray, sign: float, threshold: float) ->
     return np.column_stack([nu, imf.new_feature_column(p, sign, threshold)])
 
 
-def predict_task(source: str, r0: int, r1: int, split: str | None, sample: EntrySample | None, nu: np.ndarray,
+def predict_task(source: Source, r0: int, r1: int, split: str | None, sample: EntrySample | None, nu: np.ndarray,
                  m: np.ndarray, row_off: np.ndarray, col_off: np.ndarray) -> tuple:
     """Posterior-mean predictions b_i + c_j + E[z_i] E[a_j] and truths for the target entries of the rows
     (``blocks.target_entries``: held-out, or validation; offsets b, c are 0 unless fitted)."""
@@ -193,7 +194,7 @@ class IMFDriver:
     """IMF/INMF with K+ search on an executor (the Driver protocol of fitloop)."""
 
     config: IMFConfig
-    source: str
+    source: Source
     executor: Executor
     validation: EntrySample | None = None  # entries left out of training and scored by ``predictions``
     label: str = "imf"
@@ -219,7 +220,8 @@ class IMFDriver:
         self.model, self.hyper = self.config.model(), self.config.hyper()
         self.label = "inmf" if isinstance(self.config, INMFConfig) else "imf"
         self.ranges = row_ranges(ds.n_rows, self.config.chunk_rows)
-        self.blocks = [self.executor.submit(load_training_rows, self.source, r0, r1, self.split, self.validation)
+        self.rows = task_source(self.source, self.executor)
+        self.blocks = [self.executor.submit(load_training_rows, self.rows, r0, r1, self.split, self.validation)
                        for r0, r1 in self.ranges]
         self.row_off: list = [np.zeros(r1 - r0) for r0, r1 in self.ranges]
         self.col_off = np.zeros(ds.n_cols)
@@ -407,7 +409,7 @@ class IMFDriver:
             raise UserError(f"{self.source}: no held-out entries to evaluate (ingest with --holdout)")
         m = self.executor.broadcast(self.post["m"])
         col = self.executor.broadcast(self.col_off)
-        parts = self.executor.gather([self.executor.submit(predict_task, self.source, r0, r1, self.split,
+        parts = self.executor.gather([self.executor.submit(predict_task, self.rows, r0, r1, self.split,
                                                            self.validation, nu, m, row_off, col)
                                       for nu, row_off, (r0, r1) in zip(self.nu, self.row_off, self.ranges)])
         return np.concatenate([p for p, _ in parts]), np.concatenate([t for _, t in parts])

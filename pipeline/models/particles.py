@@ -300,6 +300,10 @@ class ParticleDriver:
     # -- checkpoints --
     def save(self, run: RunStore, step: int, trace: list[dict]) -> None:
         folder = run.new_checkpoint_dir(step)
+        run.commit_checkpoint(folder, step, self.state_arrays(step), {"trace": trace})
+
+    def state_arrays(self, step: int) -> dict[str, np.ndarray]:
+        """The filter after ``step`` rows as plain arrays (what a checkpoint holds and ``restore`` reads)."""
         arrays = {"log_evidence": np.float64(self.log_evidence), "rows_done": np.int64(step),
                   "weights": self.weights}
         saved = self.executor.gather([self.executor.submit(block_arrays_task, b) for b in self.blocks])
@@ -307,7 +311,7 @@ class ParticleDriver:
             arrays.update({f"block{b}_{name}": value for name, value in block.items()})
         if self.summary is not None:
             arrays.update(ibp_summary.to_arrays(self.summary, "summary_"))
-        run.commit_checkpoint(folder, step, arrays, {"trace": trace})
+        return arrays
 
     def restore(self, arrays: dict[str, np.ndarray], folder: object) -> None:
         """Blocks, weights, log-evidence and (for a finished run) the summary from a checkpoint."""

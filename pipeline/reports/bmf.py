@@ -76,7 +76,7 @@ def export(run: RunStore) -> dict[str, np.ndarray]:
 
 def _traces(trace: list[dict], path: Path) -> Path:
     """K+ and L+ against the sweep, burn-in shaded."""
-    fig, ax = plots.plt.subplots(figsize=(6, 4))
+    fig, ax = plots.new_figure(figsize=(6, 4))
     sweeps = [r["sweep"] for r in trace]
     for key, label in (("k_plus", "K+ (features of U)"), ("l_plus", "L+ (features of V)")):
         ax.plot(sweeps, [r[key] for r in trace], label=label, lw=1)
@@ -92,7 +92,7 @@ def _traces(trace: list[dict], path: Path) -> Path:
 
 def _binary_matrices(U: np.ndarray, V: np.ndarray, path: Path) -> Path:
     """The last sample's U (I x K+) and V (J x L+) side by side."""
-    fig, axes = plots.plt.subplots(1, 2, figsize=(8, 5))
+    fig, axes = plots.new_figure(1, 2, figsize=(8, 5))
     for ax, Z, name in zip(axes, (U, V), ("U", "V")):
         ax.imshow(Z, aspect="auto", cmap="Greys", interpolation="nearest")
         ax.set_title(f"{name} ({Z.shape[0]} x {Z.shape[1]})")

@@ -71,7 +71,7 @@ def export(run: RunStore) -> dict[str, np.ndarray]:
 
 
 def _zzt_image(zzt: np.ndarray, path: Path) -> Path:
-    fig, ax = plots.plt.subplots(figsize=(5, 4.5))
+    fig, ax = plots.new_figure(figsize=(5, 4.5))
     shown = ax.imshow(zzt, cmap="viridis")
     fig.colorbar(shown, ax=ax)
     ax.set_title("posterior E[Z Z^T]")
@@ -81,7 +81,7 @@ def _zzt_image(zzt: np.ndarray, path: Path) -> Path:
 
 
 def _k_plus_bars(k_dist: np.ndarray, path: Path) -> Path:
-    fig, ax = plots.plt.subplots(figsize=(5, 3.5))
+    fig, ax = plots.new_figure(figsize=(5, 3.5))
     ax.bar(np.arange(k_dist.size), k_dist)
     ax.set_xlabel("K+")
     ax.set_ylabel("posterior probability")
@@ -91,7 +91,7 @@ def _k_plus_bars(k_dist: np.ndarray, path: Path) -> Path:
 
 def _chain_traces(trace: list[dict], key: str, label: str, path: Path) -> Path:
     """One line per Gibbs chain of the recorded ``key_c`` values against the sweep."""
-    fig, ax = plots.plt.subplots(figsize=(6, 4))
+    fig, ax = plots.new_figure(figsize=(6, 4))
     chains = sorted({k for r in trace for k in r if k.startswith(f"{key}_") and k[len(key) + 1:].isdigit()})
     sweeps = [r["sweep"] for r in trace]
     for name in chains:

@@ -1,28 +1,42 @@
-"""PNG figures for reports (matplotlib, no screen needed)."""
+"""PNG figures for reports (matplotlib, no screen needed).
+
+Figures are ``matplotlib.figure.Figure`` objects drawn with the object-oriented API: they render
+through their own Agg canvas when saved, so neither pyplot nor a backend switch is involved, and
+matplotlib is imported only when a figure is drawn (importing buffet never imports it, and never
+changes the backend a notebook uses).
+"""
 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
-import matplotlib
+import numpy as np
 
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-import numpy as np  # noqa: E402
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
 
 
-def save_figure(fig: "plt.Figure", path: Path) -> Path:
-    """Lay out, write ``fig`` as PNG at ``path`` and release it."""
+def new_figure(nrows: int = 1, ncols: int = 1, figsize: tuple[float, float] = (6, 4),
+               squeeze: bool = True) -> tuple["Figure", Any]:
+    """A new figure and its grid of axes (``Figure.subplots``), outside pyplot's figure manager."""
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=figsize)
+    return fig, fig.subplots(nrows, ncols, squeeze=squeeze)
+
+
+def save_figure(fig: "Figure", path: Path) -> Path:
+    """Lay out and write ``fig`` as PNG at ``path`` (the figure holds no global state to release)."""
     fig.tight_layout()
     fig.savefig(path, dpi=110)
-    plt.close(fig)
     return path
 
 
 def metric_curve(trace: list[dict], x_key: str, y_key: str, x_label: str, y_label: str, path: Path) -> Path:
     """Plot one recorded quantity of a trace against another (steps without it are skipped)."""
     points = [(r[x_key], r[y_key]) for r in trace if y_key in r and x_key in r]
-    fig, ax = plt.subplots(figsize=(6, 4))
+    fig, ax = new_figure(figsize=(6, 4))
     if points:
         xs, ys = zip(*points)
         ax.plot(xs, ys, marker="o", markersize=3)
@@ -37,7 +51,7 @@ def metric_curve(trace: list[dict], x_key: str, y_key: str, x_label: str, y_labe
 def topic_summary(words: list[list[str]], mass: np.ndarray, path: Path, show: int = 20) -> Path:
     """Topic weights as bars, each labelled with its top words (the heaviest ``show`` topics)."""
     order = np.argsort(-mass)[:show]
-    fig, ax = plt.subplots(figsize=(11, 0.4 * len(order) + 1))
+    fig, ax = new_figure(figsize=(11, 0.4 * len(order) + 1))
     ax.barh(range(len(order)), mass[order], color="tab:blue", alpha=0.35)
     for row, k in enumerate(order):
         ax.text(0, row, f"  topic {k}: " + ", ".join(words[k][:8]), va="center", fontsize=8)
@@ -50,7 +64,7 @@ def topic_summary(words: list[list[str]], mass: np.ndarray, path: Path, show: in
 
 def evidence_by_k(history: np.ndarray, path: Path) -> Path:
     """The converged evidence L(q; K+) for every K+ tried (paper 000 figure 2)."""
-    fig, ax = plt.subplots(figsize=(6, 4))
+    fig, ax = new_figure(figsize=(6, 4))
     ax.plot(history[:, 0], history[:, 1], marker="o")
     best = int(np.argmax(history[:, 1]))
     ax.axvline(history[best, 0], color="tab:red", alpha=0.4, label=f"best K+ = {int(history[best, 0])}")
@@ -66,13 +80,13 @@ def bases(A: np.ndarray, path: Path) -> Path:
     k, d = A.shape
     side = int(round(np.sqrt(d)))
     if side * side == d and k > 0:
-        fig, axes = plt.subplots(1, k, figsize=(1.8 * k, 2.0), squeeze=False)
+        fig, axes = new_figure(1, k, figsize=(1.8 * k, 2.0), squeeze=False)
         for i, ax in enumerate(axes[0]):
             ax.imshow(A[i].reshape(side, side), cmap="gray_r")
             ax.set_title(f"feature {i}", fontsize=8)
             ax.axis("off")
     else:
-        fig, ax = plt.subplots(figsize=(8, 0.4 * max(k, 1) + 1.5))
+        fig, ax = new_figure(figsize=(8, 0.4 * max(k, 1) + 1.5))
         ax.imshow(A if k else np.zeros((1, d)), aspect="auto", cmap="RdBu_r")
         ax.set_xlabel("column")
         ax.set_ylabel("feature")
@@ -82,7 +96,7 @@ def bases(A: np.ndarray, path: Path) -> Path:
 
 def feature_usage(usage: np.ndarray, path: Path) -> Path:
     """Posterior feature usage: the mean of E[z_ik] over rows for every feature."""
-    fig, ax = plt.subplots(figsize=(6, 3.5))
+    fig, ax = new_figure(figsize=(6, 3.5))
     ax.bar(np.arange(len(usage)), usage)
     ax.set_xlabel("feature")
     ax.set_ylabel("mean E[z_ik]")
@@ -92,7 +106,7 @@ def feature_usage(usage: np.ndarray, path: Path) -> Path:
 
 def correlation_map(corr: np.ndarray, path: Path) -> Path:
     """A K x K correlation matrix as a heat map on a fixed [-1, 1] colour scale."""
-    fig, ax = plt.subplots(figsize=(6, 5))
+    fig, ax = new_figure(figsize=(6, 5))
     image = ax.imshow(corr, cmap="RdBu_r", vmin=-1.0, vmax=1.0)
     fig.colorbar(image, ax=ax, label="correlation")
     ax.set_xlabel("topic")

@@ -1,0 +1,201 @@
+"""The Python API (issue 10, item 5): every estimator fits small planted problems from every input kind
+with the same numbers, in process and on a cluster, as ``buffet fit`` does; save/load, parameters,
+clone, not-fitted errors, partial_fit on the fit's own update path, and no matplotlib at import."""
+
+import subprocess
+import sys
+
+import dask.array as da
+import numpy as np
+import pytest
+import scipy.sparse as sp
+from sklearn.base import clone
+from sklearn.utils.validation import check_is_fitted
+
+from buffet.data.arrays import from_array
+from buffet.data.synthetic import bnmf_corpus
+from buffet.kernels.ibp_synthetic import image_data, noisy_or_data
+from buffet.pipeline.engine.executors import SyncExecutor
+from buffet.pipeline.engine.runs import fit_run, spec_for
+from buffet.pipeline.engine.runstore import RunStore
+from buffet.pipeline.estimators import (IMF, INMF, BayesianNMF, BinaryMF, CorrelatedNMF, InvalidParameterError,
+                                        LinearGaussianGibbs, LinearGaussianParticleFilter, NoisyORGibbs,
+                                        NoisyORParticleFilter, NotFittedError)
+
+# Small, fast settings per estimator, and the kind of data each reads.
+FAST = {
+    "BayesianNMF": (lambda: BayesianNMF(3, batch_size=100, passes=2, chunk_rows=60, eval_every=1000), "counts"),
+    "CorrelatedNMF": (lambda: CorrelatedNMF(3, n_dims=2, batch_size=100, passes=2, chunk_rows=60, eval_every=1000,
+                                            max_steps=20), "counts"),
+    "IMF": (lambda: IMF(max_k=3, chunk_rows=10, tol=1e-4, n_candidates=1), "real"),
+    "INMF": (lambda: INMF(max_k=3, chunk_rows=10, tol=1e-4, n_candidates=1), "real"),
+    "BinaryMF": (lambda: BinaryMF(sweeps=10, burn_in=5, panel_rows=8, panel_cols=16), "real"),
+    "LinearGaussianParticleFilter": (lambda: LinearGaussianParticleFilter(particles=40, blocks=2, sigma_x=0.5),
+                                     "real"),
+    "NoisyORParticleFilter": (lambda: NoisyORParticleFilter(particles=40, blocks=2, alpha=3.0), "binary"),
+    "LinearGaussianGibbs": (lambda: LinearGaussianGibbs(sweeps=8, chains=2, split_merge_moves=1), "real"),
+    "NoisyORGibbs": (lambda: NoisyORGibbs(sweeps=8, chains=2), "binary"),
+}
+NAMES = list(FAST)
+# The fitted array that pins each fit down (compared between input kinds, executors and `buffet fit`).
+SIGNATURE = {"BayesianNMF": "g_", "CorrelatedNMF": "L_", "IMF": "components_", "INMF": "components_",
+             "BinaryMF": "predictive_mean_", "LinearGaussianParticleFilter": "zzt_", "NoisyORParticleFilter": "zzt_",
+             "LinearGaussianGibbs": "zzt_", "NoisyORGibbs": "zzt_"}
+
+
+@pytest.fixture(scope="module")
+def data(tmp_path_factory):
+    """Per data kind: (X, mask or None, store path of the same data, new rows, their mask)."""
+    folder = tmp_path_factory.mktemp("estimators")
+    counts = bnmf_corpus(240, 60, 3, np.random.default_rng(0), tokens_per_doc=50).X
+    images = image_data(np.random.default_rng(1), n_rows=24, noise_sd=0.5).X
+    mask = np.random.default_rng(2).random(images.shape) > 0.1
+    binary = noisy_or_data(np.random.default_rng(3), n_rows=12, n_cols=30).X.astype(np.float64)
+    out = {"counts": (sp.csr_matrix(counts[:200]), None, counts[200:], None),
+           "real": (np.where(mask, images, 0.0)[:20], mask[:20], images[20:], mask[20:]),
+           "binary": (binary[:10], None, binary[10:], None)}
+    stores = {}
+    for kind, (X, m, _, _) in out.items():
+        stores[kind] = str(folder / f"{kind}.zarr")
+        from_array(X, stores[kind], kind, mask=m, rows_per_chunk=7)
+    return {kind: (X, m, stores[kind], X_new, m_new) for kind, (X, m, X_new, m_new) in out.items()}
+
+
+def _fit(name, data, **options):
+    make, kind = FAST[name]
+    X, mask, _, _, _ = data[kind]
+    return make().fit(X, mask=mask, **options), kind
+
+
+def _outputs(model, X, mask):
+    """Everything a fitted model says about new rows: transform, predict (if any) and score."""
+    kw = {} if mask is None else {"mask": mask}
+    out = [model.transform(X, **kw), model.score(X, **kw)]
+    if hasattr(model, "predict"):
+        out.append(model.predict(X, **kw))
+    return out
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_fit_save_load_round_trip_gives_identical_outputs(name, data, tmp_path):
+    model, kind = _fit(name, data)
+    _, _, _, X_new, mask_new = data[kind]
+    expected = _outputs(model, X_new, mask_new)
+    assert np.isfinite(expected[1])
+    for target in (tmp_path / "model.npz", tmp_path / "model-folder"):
+        loaded = type(model).load(model.save(target))
+        assert loaded.get_params() == model.get_params()
+        for got, want in zip(_outputs(loaded, X_new, mask_new), expected):
+            np.testing.assert_array_equal(got, want)
+    with pytest.raises(Exception, match="holds a saved"):
+        (IMF if name != "IMF" else INMF).load(tmp_path / "model.npz")
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_params_round_trip_clone_and_not_fitted(name, data):
+    model = FAST[name][0]()
+    params = model.get_params()
+    assert clone(model).get_params() == params and repr(model).startswith(name)
+    first = next(iter(params))
+    assert type(model)(**params).set_params(**{first: params[first]}).get_params() == params
+    with pytest.raises(InvalidParameterError, match="no_such"):
+        model.set_params(no_such=1)
+    _, _, _, X_new, _ = data[FAST[name][1]]
+    for method in ("transform", "score"):
+        with pytest.raises(NotFittedError, match="not fitted") as info:
+            getattr(model, method)(X_new)
+        assert isinstance(info.value, ValueError) and isinstance(info.value, AttributeError)
+    assert not hasattr(model, "components_")
+    fitted, _ = _fit(name, data)
+    check_is_fitted(fitted)
+    assert fitted.n_features_in_ == X_new.shape[1]
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_every_input_kind_gives_the_same_fit(name, data):
+    """A store path, the array (with its mask), a dask array and, for counts, a SciPy matrix."""
+    make, kind = FAST[name]
+    X, mask, store, _, _ = data[kind]
+    dense = X.toarray() if sp.issparse(X) else X
+    inputs = [(store, None), (dense, mask), (da.from_array(dense, chunks=(7, -1)), mask)]
+    if kind == "counts":
+        inputs.append((da.from_array(sp.csr_matrix(X), chunks=(50, -1), asarray=False), None))
+        inputs.append((sp.coo_matrix(X), None))
+    results = [getattr(make().fit(x, mask=m), SIGNATURE[name]) for x, m in inputs]
+    for got in results[1:]:
+        np.testing.assert_array_equal(got, results[0])
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_a_cluster_fit_gives_the_in_process_numbers(name, data, clients):
+    here, _ = _fit(name, data)
+    there, _ = _fit(name, data, client=clients[2])
+    np.testing.assert_allclose(getattr(there, SIGNATURE[name]), getattr(here, SIGNATURE[name]), rtol=0, atol=1e-10)
+
+
+@pytest.mark.parametrize("name, model, ours, theirs", [("BayesianNMF", "bnmf", "g_", "g"),
+                                                       ("IMF", "imf", "components_", "A_mean"),
+                                                       ("BinaryMF", "bmf", "predictive_mean_", "predictive_mean"),
+                                                       ("LinearGaussianParticleFilter", "pf-linear-gaussian", "zzt_", "zzt")])
+def test_same_seed_as_buffet_fit_on_the_same_store(name, model, ours, theirs, data, tmp_path):
+    """The estimator on the array and ``buffet fit`` (``fit_run``) on its store, compared through the export."""
+    estimator, kind = _fit(name, data)
+    config = estimator.config_cls(**estimator.get_params())
+    run = fit_run(model, data[kind][2], tmp_path / "run", config, SyncExecutor(), quiet=True)
+    np.testing.assert_array_equal(spec_for(model).export(run)[theirs], getattr(estimator, ours))
+
+
+def test_in_memory_fit_into_a_run_folder_is_a_resumable_buffet_run(data, tmp_path):
+    X, mask, _, _, _ = data["real"]
+    model = FAST["IMF"][0]().fit(X, mask=mask, run_dir=tmp_path / "run")
+    run = RunStore(tmp_path / "run")
+    assert run.status == "finished" and run.meta["dataset"].endswith("data.zarr")
+    np.testing.assert_array_equal(spec_for("imf").export(run)["A_mean"], model.components_)
+
+
+@pytest.mark.parametrize("make", [lambda: BayesianNMF(3, chunk_rows=60, eval_every=1000),
+                                  lambda: CorrelatedNMF(3, n_dims=2, chunk_rows=60, eval_every=1000, max_steps=20)])
+def test_partial_fit_takes_the_svi_step_fit_takes(make, data):
+    """Two passes over one minibatch holding the whole corpus, by ``fit`` and by two ``partial_fit`` calls."""
+    X = data["counts"][0]
+    n = X.shape[0]
+    whole = make().set_params(batch_size=n, passes=2).fit(X)
+    streamed = make().partial_fit(X, total_docs=n).partial_fit(X, total_docs=n)
+    assert streamed.n_steps_ == 2
+    for name in ("g_", "h_", "components_"):
+        np.testing.assert_array_equal(getattr(streamed, name), getattr(whole, name))
+
+
+def test_particle_filter_partial_fit_continues_and_score_changes_nothing(data):
+    X, mask, _, X_new, mask_new = data["real"]
+    make = FAST["LinearGaussianParticleFilter"][0]
+    whole = make().set_params(ess_threshold=0.0).fit(X, mask=mask)   # no resampling: rows processed alike
+    halves = make().set_params(ess_threshold=0.0).fit(X[:12], mask=mask[:12]).partial_fit(X[12:], mask=mask[12:])
+    assert halves.n_rows_ == X.shape[0] and halves.zzt_.shape == (X.shape[0],) * 2
+    np.testing.assert_allclose(halves.zzt_, whole.zzt_, rtol=0, atol=1e-12)
+    assert halves.log_evidence_ == pytest.approx(whole.log_evidence_, rel=1e-12)
+    model = make().fit(X, mask=mask)
+    before = {k: v.copy() for k, v in model.particles_.items()}
+    score = model.score(X_new, mask=mask_new)
+    assert np.isfinite(score) and model.score(X_new, mask=mask_new) == score
+    for key, value in before.items():
+        np.testing.assert_array_equal(model.particles_[key], value)
+
+
+def test_bad_input_is_refused_with_a_value_error(data):
+    X, mask, _, X_new, _ = data["real"]
+    with pytest.raises(ValueError, match="negative count"):
+        BayesianNMF(3).fit(-np.ones((4, 3)))
+    with pytest.raises(ValueError, match="0 or 1"):
+        NoisyORGibbs(sweeps=2).fit(X, mask=mask)
+    model = FAST["IMF"][0]().fit(X, mask=mask)
+    with pytest.raises(ValueError, match="X has 3 features, but IMF is expecting"):
+        model.predict(X_new[:, :3])
+    with pytest.raises(Exception, match="n_topics"):
+        BayesianNMF(0).fit(data["counts"][0])
+
+
+def test_importing_the_api_and_the_cli_imports_neither_matplotlib_nor_sklearn():
+    code = ("import sys, buffet.pipeline.estimators, buffet.pipeline.cli, buffet.pipeline.engine.runs as r; r.models(); "
+            "assert 'matplotlib' not in sys.modules, 'matplotlib'; assert 'sklearn' not in sys.modules, 'sklearn'")
+    subprocess.run([sys.executable, "-c", code], check=True)

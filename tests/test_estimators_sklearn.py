@@ -1,0 +1,49 @@
+"""scikit-learn's estimator checks on every estimator (issue 10, item 5), small and fast settings.
+
+The checks fit on scikit-learn's own random data: real values, mostly in [0, 1) and some negative.
+The count models (Bayesian and correlated NMF) accept only non-negative integer counts and the noisy-OR
+models only 0/1 data (SPEC 1 refuses anything else with a one-line error), so every check that fits
+such data fails for them before it tests anything; each is listed below with the reason. Estimators
+with ``predict`` (IMF, INMF, BinaryMF) predict every entry of a row, an n x D matrix, where the sparse
+checks expect one value per row. The same list is in the README ("Using it from Python").
+"""
+
+from sklearn.utils.estimator_checks import parametrize_with_checks
+
+from test_estimators import FAST
+
+COUNTS_ONLY = "fits scikit-learn's real-valued data; count models take only non-negative integer counts (SPEC 1)"
+BINARY_ONLY = "fits scikit-learn's real-valued data; noisy-OR models take only 0/1 data (SPEC 1)"
+DATA_CHECKS = (
+    "check_fit_score_takes_y", "check_estimators_overwrite_params", "check_dont_overwrite_parameters",
+    "check_estimators_fit_returns_self", "check_readonly_memmap_input", "check_n_features_in_after_fitting",
+    "check_estimators_dtypes", "check_dtype_object", "check_pipeline_consistency",
+    "check_estimator_sparse_tag", "check_estimator_sparse_array", "check_estimator_sparse_matrix",
+    "check_estimators_pickle", "check_f_contiguous_array_estimator", "check_transformer_data_not_an_array",
+    "check_transformer_general", "check_transformer_preserve_dtypes", "check_methods_sample_order_invariance",
+    "check_methods_subset_invariance", "check_fit2d_1sample", "check_fit2d_1feature", "check_dict_unchanged",
+    "check_fit_idempotent", "check_fit_check_is_fitted", "check_n_features_in", "check_fit2d_predict1d",
+)
+POSITIVE_MESSAGE = ("check_positive_only_tag_during_fit",
+                    "expects the words 'Negative values in data'; the refusal names the first bad value, here "
+                    "a non-integer (or non-0/1) one")
+MATRIX_PREDICT = "predict gives every entry of a row (n x D); the check expects one value per row"
+EXPECTED = {
+    "counts": {**dict.fromkeys(DATA_CHECKS + ("check_transformer_n_iter", "check_estimators_nan_inf"), COUNTS_ONLY),
+               POSITIVE_MESSAGE[0]: POSITIVE_MESSAGE[1]},
+    "binary": {**dict.fromkeys(DATA_CHECKS, BINARY_ONLY), POSITIVE_MESSAGE[0]: POSITIVE_MESSAGE[1]},
+    "predict": dict.fromkeys(("check_estimator_sparse_array", "check_estimator_sparse_matrix"), MATRIX_PREDICT),
+}
+
+
+def _expected_failures(estimator) -> dict[str, str]:
+    kind = FAST[type(estimator).__name__][1]
+    if kind in ("counts", "binary"):
+        return EXPECTED[kind]
+    return EXPECTED["predict"] if hasattr(estimator, "predict") else {}
+
+
+@parametrize_with_checks([make() for make, _ in FAST.values()], expected_failed_checks=_expected_failures)
+def test_scikit_learn_checks(estimator, check):
+    check(estimator)
+
