@@ -14,16 +14,17 @@ Per repeat a new random subset of 1000 users among those with at least 50 rating
 per user (at least 20 stay for training); NMAE = MAE / 20, the rating scale -10..10.
 
 Both: per repeat, as many ratings again as held out (at most a third of a user's training ratings) are
-validation entries taken from the training ratings.
+the baselines' validation entries, taken from the training ratings.
 
-K of the SVD (mean filling, 1..40) and of masked NMF, and whether IMF/INMF fit offsets (the
-``offset_reg`` extension of ``IMFConfig``), are chosen on the validation entries, then refitted on all
-training entries. IMF/INMF run through the engine's ``IMFDriver`` and report their learned K+.
+K of the SVD (mean filling, 1..40) and of masked NMF are chosen on those validation entries, then
+refitted on all training entries. IMF/INMF run as ``buffet fit`` runs them (``engine.selection``:
+whether they fit offsets, the ``offset_reg`` extension of ``IMFConfig``, and the cap on K+ are chosen
+on three validation folds of the training ratings) and report their learned K+.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator, Sequence
 
@@ -36,8 +37,9 @@ from buffet.pipeline.experiments import registry as reproduce
 from buffet.pipeline.models.imf import IMFConfig, INMFConfig
 from buffet.kernels.metrics import error_metrics
 from buffet.pipeline.reports.plots import new_figure, save_figure
-from buffet.pipeline.experiments.common import (choose_k, choose_on_validation, fit_engine, markdown_table,
-                                              mean_std, nmf_path, write_csv, write_markdown, write_store)
+from buffet.pipeline.experiments.common import (choose_k, chosen_caps, engine_label, fit_engine, markdown_table,
+                                                mean_std, method_family, nmf_path, offsets_chosen, write_csv,
+                                                write_markdown, write_store)
 from buffet.pipeline.engine.seeds import stream
 
 MIN_USER_RATINGS = 50
@@ -200,45 +202,32 @@ def baseline_results(x: np.ndarray, train: np.ndarray, test: np.ndarray, valid: 
     return out
 
 
-def engine_results(x: np.ndarray, train: np.ndarray, test: np.ndarray, valid: np.ndarray, work: Path,
-                   value_range: float, settings: Settings) -> list[tuple[str, float, float]]:
-    """(method, learned K+, held-out NMAE) of IMF and INMF through the engine, offsets or not chosen on
-    validation. ``work`` is a new folder per repeat (stores are opened by path and cached)."""
-    valid_store = write_store(x, train, valid, work / "valid.zarr", "real", settings.chunk_rows)
-    test_store = write_store(x, train | test, test, work / "test.zarr", "real", settings.chunk_rows)
+def engine_results(x: np.ndarray, train: np.ndarray, test: np.ndarray, work: Path, value_range: float,
+                   settings: Settings) -> list[tuple[str, float, float]]:
+    """(method, learned K+, held-out NMAE) of IMF and INMF as ``buffet fit`` runs them on a store holding the
+    repeat's held-out ratings (offsets at ``OFFSET_REG`` or none, and the cap on K+, chosen on validation
+    folds of the training ratings). ``work`` is a new folder per repeat (stores are opened by path and
+    cached)."""
+    store = write_store(x, train | test, test, work / "test.zarr", "real", settings.chunk_rows)
     metric = nmae(value_range)
     out = []
     for name, cls in (("IMF", IMFConfig), ("INMF", INMFConfig)):
-        base = cls(max_k=settings.max_k, chunk_rows=settings.chunk_rows)
-        candidates = [base, replace(base, offset_reg=OFFSET_REG)]
-        chosen = choose_on_validation(candidates, lambda c: metric(*engine_pair(c, valid_store)))
-        fit = fit_engine(chosen, test_store)
-        label = f"{name} + offsets" if chosen.offset_reg is not None else name
-        out.append((label, float(fit.k_plus), -metric(fit.predictions, fit.truths)))
+        fit = fit_engine(cls(max_k=settings.max_k, chunk_rows=settings.chunk_rows, offset_reg=OFFSET_REG), store)
+        out.append((engine_label(name, fit.config), float(fit.k_plus), -metric(fit.predictions, fit.truths)))
     return out
 
 
-def engine_pair(config: IMFConfig, store: str) -> tuple[np.ndarray, np.ndarray]:
-    """(predictions, truths) of an IMF/INMF fit on the held-out entries of ``store``'s split."""
-    fit = fit_engine(config, store)
-    return fit.predictions, fit.truths
-
-
-def method_family(label: str) -> str:
-    """IMF/INMF rows are reported under one name whether or not validation chose offsets."""
-    return label.replace(" + offsets", "")
-
-
 def summarise(records: list[tuple[int, str, float, float]]) -> list[list[object]]:
-    """Rows (method, mean K, NMAE mean, NMAE std, repeats with offsets, paper K+, paper NMAE)."""
+    """Rows (method, mean K, NMAE mean, NMAE std, repeats with offsets, caps on K+ chosen, paper K+, paper
+    NMAE)."""
     rows = []
     for method in dict.fromkeys(method_family(r[1]) for r in records):
         mine = [r for r in records if method_family(r[1]) == method]
+        labels = [r[1] for r in mine]
         mean, std = mean_std([r[3] for r in mine])
-        offsets = f"{sum(r[1].endswith('+ offsets') for r in mine)}/{len(mine)}" if method in PAPER_K_PLUS else ""
-        rows.append([method, f"{np.mean([r[2] for r in mine]):.1f}", mean, std, offsets,
-                     PAPER_K_PLUS.get(method, ""), float("nan")])
-    return rows + [[name, 30, float("nan"), float("nan"), "", "", value] for name, value in PAPER_NMAE.items()]
+        rows.append([method, f"{np.mean([r[2] for r in mine]):.1f}", mean, std, offsets_chosen(labels),
+                     chosen_caps(labels), PAPER_K_PLUS.get(method, ""), float("nan")])
+    return rows + [[name, 30, float("nan"), float("nan"), "", "", "", value] for name, value in PAPER_NMAE.items()]
 
 
 def figure(rows: list[list[object]], path: Path, data_name: str) -> Path:
@@ -250,11 +239,11 @@ def figure(rows: list[list[object]], path: Path, data_name: str) -> Path:
     ax.bar(pos, [r[2] for r in measured], yerr=[r[3] for r in measured], color="tab:blue", alpha=0.6, capsize=3,
            label=f"measured, {data_name} (mean +- std)")
     for r in paper:
-        ax.axhline(r[6], linestyle="--", alpha=0.6, color="black")
-        ax.text(len(measured) - 0.5, r[6], f"paper (Jester): {r[0]} {r[6]:.4f}", fontsize=7, va="bottom", ha="right")
+        ax.axhline(r[7], linestyle="--", alpha=0.6, color="black")
+        ax.text(len(measured) - 0.5, r[7], f"paper (Jester): {r[0]} {r[7]:.4f}", fontsize=7, va="bottom", ha="right")
     ax.set_xticks(pos, [f"{r[0]}\nK={r[1]}" for r in measured], fontsize=8)
     values = [r[2] for r in measured]
-    ax.set_ylim(min(values) - 0.02, max(values + [r[6] for r in paper]) + 0.01)
+    ax.set_ylim(min(values) - 0.02, max(values + [r[7] for r in paper]) + 0.01)
     ax.set_ylabel("NMAE")
     ax.set_title("Collaborative filtering: held-out NMAE")
     ax.legend(fontsize=8, loc="upper left")
@@ -279,13 +268,15 @@ def run(out_dir: Path, seeds: int, quick: bool, jester: Path | None = None) -> l
         valid = per_user_holdout(train, stream(seed, "cf-valid"), data.held_out, 3)
         work = out_dir / "work" / f"repeat-{seed}"
         for method, k, value in (baseline_results(x, train, test, valid, seed, data.value_range, settings)
-                                 + engine_results(x, train, test, valid, work, data.value_range, settings)):
+                                 + engine_results(x, train, test, work, data.value_range, settings)):
             records.append((seed, method, k, value))
             print(f"repeat {seed}: {method:24s} K={k:4.1f} NMAE={value:.4f}", flush=True)
     rows = summarise(records)
-    header = ["method", "mean K / K+", "NMAE mean", "NMAE std", "offsets chosen", "paper K+", "paper NMAE"]
+    header = ["method", "mean K / K+", "NMAE mean", "NMAE std", "offsets chosen", "K+ caps chosen", "paper K+",
+              "paper NMAE"]
     notes = (f"{data.description}; {seeds} repeats; NMAE = MAE / {data.value_range:g}. "
-             "K of SVD/NMF and offsets-or-not of IMF/INMF chosen on validation ratings taken from the training "
+             "K of SVD/NMF chosen on validation ratings taken from the training ratings; IMF/INMF as `buffet "
+             "fit` runs them, offsets-or-not and the cap on K+ chosen on three validation folds of the training "
              "ratings. Paper columns (Jester, 1000 users, 30 held out each): paper 000 section 4.2, the "
              "paper's numbers, not measured here.")
     return [write_markdown("Collaborative filtering (paper 000 figure 4)", [notes, markdown_table(header, rows)],

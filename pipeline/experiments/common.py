@@ -1,13 +1,15 @@
 """Pieces shared by the reproduction experiments of paper 000 (SPEC 4): IMF/INMF fits through the
 engine's driver, validation choice of a baseline's K, summary tables and the paper-vs-measured print.
 
-IMF and INMF always run through ``IMFDriver`` on a dataset store written with ``from_array`` (the
-product code path); the experiments never fit them any other way.
+IMF and INMF always run as ``buffet fit`` runs them: on a dataset store written with ``from_array``,
+their structural settings chosen on validation entries when the config's ``select`` asks
+(``runs.settle_config``), then ``IMFDriver``; the experiments never fit them any other way.
 """
 
 from __future__ import annotations
 
 import csv
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterator, Sequence
@@ -19,7 +21,8 @@ from buffet.data.splits import add_split
 from buffet.kernels import baselines
 from buffet.pipeline.engine.executors import SyncExecutor
 from buffet.pipeline.engine.fitloop import run_loop
-from buffet.pipeline.models.imf import IMFConfig, IMFDriver
+from buffet.pipeline.engine.runs import settle_config, spec_for
+from buffet.pipeline.models.imf import IMFConfig, IMFDriver, INMFConfig
 
 SPLIT = "heldout"
 
@@ -41,27 +44,51 @@ def write_store(x: np.ndarray, observed: np.ndarray | None, heldout: np.ndarray,
 @dataclass(frozen=True)
 class EngineFit:
     """What an experiment keeps of an IMF/INMF fit: held-out predictions (row-major order of the split's
-    entries), their truths, the learned K+ and the evidence L(q; K+) of every K+ tried."""
+    entries), their truths, the learned K+, the evidence L(q; K+) of every K+ tried, the config it ran
+    with and the record of the settings chosen on validation (None if none were)."""
 
     predictions: np.ndarray
     truths: np.ndarray
     k_plus: int
     history: list[tuple[int, float]]
+    config: IMFConfig
+    selection: dict | None
 
 
 def fit_engine(config: IMFConfig, store: str) -> EngineFit:
-    """Fit IMF or INMF (by the config's class) with ``IMFDriver`` on an in-process executor (SPEC 2)."""
-    driver = IMFDriver(config, store, SyncExecutor())
+    """Fit IMF or INMF (by the config's class) as ``buffet fit`` does (module docstring), on an
+    in-process executor (SPEC 2)."""
+    executor = SyncExecutor()
+    config, selection = settle_config(spec_for("inmf" if isinstance(config, INMFConfig) else "imf"), config, store,
+                                      executor)
+    driver = IMFDriver(config, store, executor)
     driver.start()
     run_loop(driver, None, [], quiet=True)
     predictions, truths = driver.predictions() if driver.split else (np.zeros(0), np.zeros(0))
-    return EngineFit(predictions, truths, driver.k_plus, list(driver.history))
+    return EngineFit(predictions, truths, driver.k_plus, list(driver.history), config, selection)
 
 
-def choose_on_validation(candidates: Sequence, score: Callable[[object], float]) -> object:
-    """The candidate with the largest validation ``score`` (the first one on ties)."""
-    values = [score(c) for c in candidates]
-    return candidates[int(np.argmax(values))]
+def engine_label(name: str, config: IMFConfig) -> str:
+    """An IMF/INMF row's label naming the settings it ran with, e.g. "INMF + offsets (K+ <= 8)"."""
+    return f"{name}{' + offsets' if config.offset_reg is not None else ''} (K+ <= {config.max_k})"
+
+
+def method_family(label: str) -> str:
+    """IMF/INMF rows are reported under one name whatever validation chose (offsets, cap on K+)."""
+    return re.sub(r" \+ offsets| \(K\+ <= \d+\)", "", label)
+
+
+def chosen_caps(labels: list[str]) -> str:
+    """How often each cap on K+ was chosen, e.g. "2: 7, 4: 3" ("" for the baselines)."""
+    caps = [int(m.group(1)) for m in (re.search(r"\(K\+ <= (\d+)\)", label) for label in labels) if m]
+    return ", ".join(f"{cap}: {caps.count(cap)}" for cap in sorted(set(caps)))
+
+
+def offsets_chosen(labels: list[str]) -> str:
+    """How many IMF/INMF fits ran with offsets, e.g. "7/10" ("" for the baselines)."""
+    if not any("(K+ <=" in label for label in labels):
+        return ""
+    return f"{sum('+ offsets' in label for label in labels)}/{len(labels)}"
 
 
 def choose_k(path: ScorePath, x: np.ndarray, fit_mask: np.ndarray, valid: np.ndarray, ks: Sequence[int],

@@ -5,13 +5,11 @@ the product's pair ingest and transposed so that permissions are rows. Per rando
 20% of all entries (ones and zeros) are held out; every method is fitted on the other 80% and scored
 by the AUC of its scores on the held-out entries.
 
-Choices are made on a validation part of the TRAINING entries (20% of them), never on held-out
-entries: the K (1..20) of every baseline; for IMF/INMF, whether they fit row and column offsets (the
-``offset_reg`` extension of ``IMFConfig``) and the cap ``max_k`` on K+ (``MAX_K_CHOICES``; K+ still
-grows by evidence up to the cap). The cap is there because on these sparse 0/1 matrices the
-linear-Gaussian evidence keeps adding features (to the cap of 20 and beyond) while the held-out
-ranking gets worse with every feature past a few. The chosen setting is then refitted on all
-training entries.
+Choices are made on validation parts of the TRAINING entries, never on held-out entries, and the
+chosen setting is then refitted on all training entries. The K (1..20) of every baseline is chosen
+on one validation part (20% of the training entries). IMF and INMF choose as ``buffet fit`` does with
+its default ``--select auto`` (``engine.selection``: offsets or not, and the cap on K+, on three
+validation folds); the experiment calls the same code.
 
 Methods: IMF, INMF (the engine's ``IMFDriver``), truncated SVD with column-mean filling, iterative SVD
 imputation, masked NMF, popularity (row rate + column rate) and popularity + SVD of its residual.
@@ -20,7 +18,6 @@ imputation, masked NMF, popularity (row rate + column rate) and popularity + SVD
 from __future__ import annotations
 
 import os
-import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator, Sequence
@@ -35,8 +32,9 @@ from buffet.pipeline.experiments import registry as reproduce
 from buffet.pipeline.models.imf import IMFConfig, INMFConfig
 from buffet.kernels.metrics import auc
 from buffet.pipeline.reports.plots import new_figure, save_figure
-from buffet.pipeline.experiments.common import (choose_k, choose_on_validation, fit_engine, markdown_table,
-                                              mean_std, nmf_path, write_csv, write_markdown, write_store)
+from buffet.pipeline.experiments.common import (choose_k, chosen_caps, engine_label, fit_engine, markdown_table,
+                                                mean_std, method_family, nmf_path, offsets_chosen, write_csv,
+                                                write_markdown, write_store)
 
 ROLEMINING_PLACES = (Path("shared") / "datasets" / "rolemining", Path("..") / "shared" / "datasets" / "rolemining",
                      Path(__file__).resolve().parents[2] / "shared" / "datasets" / "rolemining")
@@ -56,8 +54,6 @@ DATASETS = {"Domino": "domino.txt", "Firewall": "fire1.txt"}
 TEST_FRACTION = 0.2
 VALID_FRACTION = 0.2
 VALID_SEED = 7919  # offset that makes the validation draw independent of the held-out draw
-OFFSET_REG = 1.0  # ridge strength of the offsets candidate (the other candidate: no offsets)
-MAX_K_CHOICES = (2, 4, 8, 20)  # caps on K+ for IMF/INMF tried on the validation entries
 
 # Paper 000, table 1: (K, AUC) on Domino and on Firewall. The paper's numbers, not measured here.
 PAPER_TABLE_1 = {
@@ -152,44 +148,19 @@ def baseline_results(x: np.ndarray, test: np.ndarray, valid: np.ndarray, seed: i
     return out
 
 
-def engine_results(x: np.ndarray, test: np.ndarray, valid: np.ndarray, work: Path,
-                   settings: Settings) -> list[tuple[str, int, float]]:
-    """(method, learned K+, held-out AUC) of IMF and INMF through the engine; offsets or not and the cap
-    on K+ chosen on the validation entries (a store without the held-out entries, validation as its
-    split); the label names both choices. ``work`` is a new folder per split (stores are opened by path
-    and cached)."""
-    valid_store = write_store(x, ~test, valid, work / "valid.zarr", "binary", settings.chunk_rows)
-    test_store = write_store(x, None, test, work / "test.zarr", "binary", settings.chunk_rows)
+def engine_results(x: np.ndarray, test: np.ndarray, work: Path, settings: Settings) -> list[tuple[str, int, float]]:
+    """(method, learned K+, held-out AUC) of IMF and INMF as ``buffet fit`` runs them on a store holding the
+    split's held-out entries (settings chosen on validation folds of the training entries); the label
+    names the chosen settings. ``work`` is a new folder per split (stores are opened by path and cached)."""
+    store = write_store(x, None, test, work / "test.zarr", "binary", settings.chunk_rows)
     out = []
     for name, cls in (("IMF", IMFConfig), ("INMF", INMFConfig)):
-        caps = tuple(k for k in MAX_K_CHOICES if k < settings.max_k) + (settings.max_k,)
-        candidates = [cls(max_k=cap, chunk_rows=settings.chunk_rows, offset_reg=reg)
-                      for reg in (None, OFFSET_REG) for cap in caps]
-        chosen = choose_on_validation(candidates, lambda c: engine_auc(c, valid_store))
-        fit = fit_engine(chosen, test_store)
-        label = f"{name}{' + offsets' if chosen.offset_reg is not None else ''} (K+ <= {chosen.max_k})"
-        out.append((label, fit.k_plus, auc(fit.predictions, fit.truths)))
+        fit = fit_engine(cls(max_k=settings.max_k, chunk_rows=settings.chunk_rows), store)
+        out.append((engine_label(name, fit.config), fit.k_plus, auc(fit.predictions, fit.truths)))
     return out
 
 
-def engine_auc(config: IMFConfig, store: str) -> float:
-    """AUC of an IMF/INMF fit on the held-out entries of ``store``'s split."""
-    fit = fit_engine(config, store)
-    return auc(fit.predictions, fit.truths)
-
-
 # ----------------------------------------------------------------------------- the experiment
-
-
-def method_family(label: str) -> str:
-    """IMF/INMF rows are reported under one name whatever validation chose (offsets, cap on K+)."""
-    return re.sub(r" \+ offsets| \(K\+ <= \d+\)", "", label)
-
-
-def chosen_caps(labels: list[str]) -> str:
-    """How often validation chose each cap on K+, e.g. "2: 7, 4: 3" ("" for the baselines)."""
-    caps = [int(m.group(1)) for m in (re.search(r"\(K\+ <= (\d+)\)", label) for label in labels) if m]
-    return ", ".join(f"{cap}: {caps.count(cap)}" for cap in sorted(set(caps)))
 
 
 def summarise(records: list[tuple[str, int, str, int, float]]) -> list[list[object]]:
@@ -202,11 +173,11 @@ def summarise(records: list[tuple[str, int, str, int, float]]) -> list[list[obje
         for method in methods:
             mine = [r for r in records if r[0] == dataset and method_family(r[2]) == method]
             mean, std = mean_std([r[4] for r in mine])
-            with_offsets = sum("+ offsets" in r[2] for r in mine) if method in ("IMF", "INMF") else ""
+            labels = [r[2] for r in mine]
             paper = PAPER_TABLE_1.get(PAPER_NAMES.get(method, ""))
-            rows.append([dataset, method, f"{np.mean([r[3] for r in mine]):.1f}", mean, std,
-                         f"{with_offsets}/{len(mine)}" if with_offsets != "" else "",
-                         chosen_caps([r[2] for r in mine]), paper[d_index][0] if paper else "", paper[d_index][1] if paper else float("nan")])
+            rows.append([dataset, method, f"{np.mean([r[3] for r in mine]):.1f}", mean, std, offsets_chosen(labels),
+                         chosen_caps(labels), paper[d_index][0] if paper else "",
+                         paper[d_index][1] if paper else float("nan")])
     return rows
 
 
@@ -246,7 +217,7 @@ def run_with(out_dir: Path, seeds: int, settings: Settings) -> list[Path]:
         for seed in range(seeds):
             test, valid = split_masks(x, seed)
             for method, k, value in (baseline_results(x, test, valid, seed, settings)
-                                     + engine_results(x, test, valid, work / f"{dataset}-{seed}", settings)):
+                                     + engine_results(x, test, work / f"{dataset}-{seed}", settings)):
                 records.append((dataset, seed, method, k, value))
                 print(f"{dataset} split {seed}: {method:30s} K={k:2d} AUC={value:.4f}", flush=True)
     rows = summarise(records)
@@ -254,8 +225,9 @@ def run_with(out_dir: Path, seeds: int, settings: Settings) -> list[Path]:
               "paper AUC"]
     per_split = write_csv(["data set", "split", "method", "K", "AUC"], records, out_dir / "role_mining_splits.csv")
     notes = (f"{seeds} random splits per data set; 20% of the entries held out; K (1..{max(settings.ks)}) "
-             "of every baseline and offsets-or-not of IMF/INMF chosen on a validation part (20%) of the "
-             "training entries. 'offsets chosen' counts the splits whose validation picked the offsets "
+             "of every baseline chosen on a validation part (20%) of the training entries; IMF/INMF as "
+             "`buffet fit` runs them, offsets-or-not and the cap on K+ chosen on three validation folds of "
+             "the training entries. 'offsets chosen' counts the splits whose validation picked the offsets "
              "extension; 'K+ caps chosen' counts the caps on K+ validation picked for IMF/INMF (K+ grows by "
              "evidence up to the cap). Paper columns: paper 000 table 1 (the paper's numbers, not measured here).")
     files = [write_markdown("Role mining (paper 000 table 1)", [notes, markdown_table(header, rows)],

@@ -16,6 +16,7 @@ import numpy as np
 
 from buffet.data.errors import UserError
 from buffet.pipeline.reports import plots as plots
+from buffet.pipeline.reports import selection
 from buffet.pipeline.engine.blocks import resolve
 from buffet.data.splits import EntrySample
 from buffet.pipeline.models.bmf import BMFConfig, BMFDriver, structural_candidates
@@ -53,6 +54,7 @@ def evaluate(run: RunStore, executor: Executor | None = None) -> dict:
     arrays, trace = _finished(run)
     kept = [r for r in trace if r["retained"]]
     out = {"model": run.model, "run": str(run.path), "status": run.status, "likelihood": run.params["likelihood"],
+           **selection.chosen(run),
            "k_plus": int(arrays["U"].shape[1]), "l_plus": int(arrays["V"].shape[1]),
            "k_plus_mean": float(np.mean([r["k_plus"] for r in kept])),
            "l_plus_mean": float(np.mean([r["l_plus"] for r in kept])), "retained_sweeps": len(kept),
@@ -110,7 +112,8 @@ def report(run: RunStore, out_dir: Path) -> list[Path]:
              _binary_matrices(arrays["U"], arrays["V"], out_dir / "features.png")]
     result = evaluate(run)
     lines = [f"# BMF run `{run.path}`", "", "| quantity | value |", "| --- | --- |",
-             *[f"| {k} | {v:.6g} |" if isinstance(v, float) else f"| {k} | {v} |" for k, v in result.items()]]
+             *[f"| {k} | {v:.6g} |" if isinstance(v, float) else f"| {k} | {v} |" for k, v in result.items()],
+             *selection.summary_lines(run)]
     (out_dir / "summary.md").write_text("\n".join(lines) + "\n")
     return files + [out_dir / "summary.md"]
 

@@ -11,6 +11,7 @@ import numpy as np
 
 from buffet.kernels.metrics import auc, error_metrics
 from buffet.pipeline.reports import plots as plots
+from buffet.pipeline.reports import selection
 from buffet.pipeline.engine.blocks import resolve
 from buffet.pipeline.engine.executors import Executor, SyncExecutor
 from buffet.data.splits import EntrySample
@@ -32,7 +33,7 @@ def evaluate(run: RunStore, executor: Executor) -> dict:
     """Learned K+ and the held-out metrics of the stored split: AUC for binary data, errors otherwise."""
     driver = _restored(run, executor)
     out = {"model": run.model, "run": str(run.path), "status": run.status, "k_plus": driver.k_plus,
-           "evidence": float(driver.best["evidence"])}
+           "evidence": float(driver.best["evidence"]), **selection.chosen(run)}
     if driver.split:
         predicted, truth = driver.predictions()
         ds = resolve(run.meta["dataset"])
@@ -64,7 +65,7 @@ def report(run: RunStore, out_dir: Path) -> list[Path]:
     k_plus = arrays["A_mean"].shape[0]
     lines = [f"# {run.model.upper()} run `{run.path}`", "", f"- status: {run.status}",
              f"- learned K+: {k_plus}", "", "| K+ | evidence |", "| --- | --- |",
-             *[f"| {int(k)} | {ev:.4f} |" for k, ev in arrays["evidence_by_k"]]]
+             *[f"| {int(k)} | {ev:.4f} |" for k, ev in arrays["evidence_by_k"]], *selection.summary_lines(run)]
     (out_dir / "summary.md").write_text("\n".join(lines) + "\n")
     return files + [out_dir / "summary.md"]
 
