@@ -429,3 +429,20 @@ def threefold_completion(indptr: np.ndarray, indices: np.ndarray, counts: np.nda
     """Threefold document completion (``thirds_loglik``) for Bayesian NMF."""
     return thirds_loglik(counts, rng, lambda observed, held: completion_loglik(
         indptr, indices, observed, held, view, mean_beta, hyper, settings))
+
+
+def topic_word(g: np.ndarray, h: np.ndarray) -> np.ndarray:
+    """E[beta] normalised per topic: a K x V matrix of word probabilities."""
+    mean = (g / h).T
+    return mean / mean.sum(axis=1, keepdims=True)
+
+
+def topic_mass(g: np.ndarray, h: np.ndarray) -> np.ndarray:
+    """sum_v E beta_vk per topic, the scale each topic carries."""
+    return (g / h).sum(axis=0)
+
+
+def top_words(g: np.ndarray, h: np.ndarray, vocab: list[str] | None, n: int = 10) -> list[list[str]]:
+    """The ``n`` most probable words of every topic (``w<id>`` when there is no vocabulary)."""
+    order = np.argsort(-topic_word(g, h), axis=1)[:, :n]
+    return [[vocab[v] if vocab else f"w{v}" for v in row] for row in order]

@@ -21,15 +21,18 @@ import numpy as np
 
 from buffet.data.arrays import DEFAULT_ROWS_PER_CHUNK
 from buffet.data.errors import UserError
-from buffet.pipeline.reports import bnmf as bnmf_outputs
 from buffet.pipeline.engine.cluster import WORKER_KINDS, dask_client
-from buffet.pipeline.engine.executors import DaskExecutor, Executor
+from buffet.kernels.bnmf import top_words, topic_mass
+from buffet.pipeline.engine.dataset import source_of
+from buffet.pipeline.engine.engine import Engine
 from buffet.pipeline.engine.messages import console, explain
-from buffet.pipeline.engine.runs import config_from, fit_run, models, resume_run, spec_for
+from buffet.pipeline.engine.runs import config_from, fit_run, models, restored, resume_run, spec_for
+from buffet.pipeline.reports.outputs import evaluate_run, export_run, report_run
 from buffet.pipeline.engine.runstore import RunStore
 from buffet.pipeline.engine.settings import option_help
 
 FLAG_ALIASES = {"n_topics": ["--k"]}
+TOPIC_MODELS = ("bnmf", "cnmf")  # models whose runs hold q(beta) as g, h
 INGEST_FORMATS = ("uci", "ldac", "mtx", "ratings", "dense-ratings", "pairs")
 
 
@@ -44,7 +47,12 @@ def _cluster_args(p: argparse.ArgumentParser) -> None:
                         "threads for the topic models, processes for the others)")
     p.add_argument("--scheduler", default=None, metavar="ADDRESS",
                    help="address of a running Dask scheduler (e.g. tcp://host:8786) to use instead of starting a "
-                        "LocalCluster; --workers and --worker-kind are then ignored")
+                        "LocalCluster; --workers and --worker-kind are then ignored (default: the environment's "
+                        "DASK_SCHEDULER_ADDRESS or Dask's scheduler-address setting, if any)")
+    p.add_argument("--worker-timeout", type=float, default=300.0, metavar="SECONDS",
+                   help="stop with a message naming the last checkpoint when the cluster has had no worker for this "
+                        "many seconds; a fit that loses some workers goes on with the others (default: "
+                        "%(default)s)")
     p.add_argument("--quiet", action="store_true",
                    help="print no progress lines and no dashboard address, only the results")
 
@@ -206,11 +214,11 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 @contextlib.contextmanager
-def executor_for(args: argparse.Namespace, model: str) -> Iterator[Executor]:
-    """A Dask executor from the cluster options; the LocalCluster's worker kind defaults to ``model``'s."""
+def engine_for(args: argparse.Namespace, model: str) -> Iterator[Engine]:
+    """An engine on the cluster the options name; the LocalCluster's worker kind defaults to ``model``'s."""
     kind = args.worker_kind or spec_for(model).worker_kind
     with dask_client(args.workers, args.scheduler, quiet=args.quiet, worker_kind=kind) as client:
-        yield DaskExecutor(client)
+        yield Engine(client, worker_timeout=args.worker_timeout)
 
 
 def _config(args: argparse.Namespace):
@@ -222,40 +230,37 @@ def _config(args: argparse.Namespace):
 
 
 def cmd_fit(args: argparse.Namespace) -> None:
-    from buffet.data.store import Dataset
-
     config = _config(args)
-    Dataset(args.store)  # a missing or corrupt store fails here, before a cluster starts
+    source = source_of(args.store)
+    source.open()  # a missing or corrupt store fails here, before a cluster starts
     RunStore.check_new(Path(args.out), args.overwrite)
-    with executor_for(args, args.model) as ex:
-        run = fit_run(args.model, args.store, args.out, config, ex, args.overwrite, args.stop_after, args.quiet)
+    with engine_for(args, args.model) as engine:
+        run = fit_run(args.model, source, args.out, config, engine, args.overwrite, args.stop_after, args.quiet)
     print(f"run {run.path}: {run.status}")
     _print_topics(run)
 
 
-TOPIC_MODELS = ("bnmf", "cnmf")  # models whose runs hold q(beta) as g, h
-
-
 def _print_topics(run: RunStore) -> None:
     """The top words of the 20 heaviest topics of a topic model's run."""
-    if run.model in TOPIC_MODELS and run.has_checkpoint():
-        arrays, _, _ = run.load_checkpoint()
-        mass = bnmf_outputs.topic_mass(arrays["g"], arrays["h"])
-        words = bnmf_outputs.top_words(arrays["g"], arrays["h"], bnmf_outputs._vocab(run))
-        for k in np.argsort(-mass)[:20]:
-            print(f"topic {k:3d}: {' '.join(words[k])}")
+    if run.model not in TOPIC_MODELS or not run.has_checkpoint():
+        return
+    driver, _ = restored(run, Engine())
+    g, h = driver.globals["g"], driver.globals["h"]
+    words = top_words(g, h, driver.corpus.vocab)
+    for k in np.argsort(-topic_mass(g, h))[:20]:
+        print(f"topic {k:3d}: {' '.join(words[k])}")
 
 
 def cmd_resume(args: argparse.Namespace) -> None:
-    with executor_for(args, RunStore(args.run).model) as ex:
-        run = resume_run(args.run, ex, args.quiet)
+    with engine_for(args, RunStore(args.run).model) as engine:
+        run = resume_run(args.run, engine, args.quiet)
     print(f"run {run.path}: {run.status}")
 
 
 def cmd_evaluate(args: argparse.Namespace) -> None:
     run = RunStore(args.run)
-    with executor_for(args, run.model) as ex:
-        result = spec_for(run.model).evaluate(run, ex)
+    with engine_for(args, run.model) as engine:
+        result = evaluate_run(run, engine)
     if args.json:
         print(json.dumps(result))
     else:
@@ -264,8 +269,7 @@ def cmd_evaluate(args: argparse.Namespace) -> None:
 
 
 def cmd_export(args: argparse.Namespace) -> None:
-    run = RunStore(args.run)
-    arrays = spec_for(run.model).export(run)
+    arrays = export_run(RunStore(args.run), Engine())
     out = Path(args.out)
     tmp = out.with_name(f".{out.stem}.tmp.npz")
     np.savez(tmp, **arrays)
@@ -274,8 +278,7 @@ def cmd_export(args: argparse.Namespace) -> None:
 
 
 def cmd_report(args: argparse.Namespace) -> None:
-    run = RunStore(args.run)
-    files = spec_for(run.model).report(run, Path(args.out))
+    files = report_run(RunStore(args.run), Engine(), Path(args.out))
     print("\n".join(str(f) for f in files))
 
 
@@ -300,8 +303,8 @@ def cmd_ingest(args: argparse.Namespace) -> None:
 def cmd_demo(args: argparse.Namespace) -> None:
     from buffet.pipeline.experiments.demo import run_demo
 
-    with executor_for(args, "bnmf") as ex:
-        run_demo(Path(args.out), args.k, args.passes, ex, args.overwrite, args.quiet)
+    with engine_for(args, "bnmf") as engine:
+        run_demo(Path(args.out), args.k, args.passes, engine, args.overwrite, args.quiet)
 
 
 def cmd_reproduce(args: argparse.Namespace) -> None:

@@ -25,12 +25,14 @@ WORKER_MALLOC_TRIM_THRESHOLD = str(256 << 20)
 # filters); "threads" are threads of this process (right for kernels that spend their time in
 # NumPy calls, which release the GIL: globals are then shared, not serialised to every worker).
 WORKER_KINDS = ("processes", "threads")
+DASHBOARD_ADDRESS = "127.0.0.1:0"  # this machine only, a free port: no one else reaches the cluster's dashboard
 
 
 @contextlib.contextmanager
 def dask_client(workers: int | None = None, scheduler: str | None = None, dashboard: bool = True,
                 quiet: bool = False, worker_kind: str = "processes") -> Iterator["distributed.Client"]:
-    """A ``distributed.Client``: on ``scheduler`` if given, else on a new LocalCluster with
+    """A ``distributed.Client``: on ``scheduler`` if given (or configured: ``configured_scheduler``), else
+    on a new LocalCluster with
     ``workers`` single-threaded worker processes or, with ``worker_kind="threads"``, one worker of
     ``workers`` threads inside this process (default: one per core). Prints the dashboard address
     so a user can watch the tasks."""
@@ -38,6 +40,7 @@ def dask_client(workers: int | None = None, scheduler: str | None = None, dashbo
 
     if worker_kind not in WORKER_KINDS:
         raise UserError(f"worker kind must be one of {', '.join(WORKER_KINDS)}, got {worker_kind!r}")
+    scheduler = scheduler or configured_scheduler()
     with contextlib.ExitStack() as stack:
         if scheduler:
             try:
@@ -57,13 +60,21 @@ def dask_client(workers: int | None = None, scheduler: str | None = None, dashbo
         yield client
 
 
+def configured_scheduler() -> str | None:
+    """The scheduler the environment names, as Dask itself reads it: Dask's ``scheduler-address``
+    setting, which the DASK_SCHEDULER_ADDRESS environment variable sets."""
+    import dask
+
+    return dask.config.get("scheduler-address", None) or os.environ.get("DASK_SCHEDULER_ADDRESS") or None
+
+
 def local_cluster(workers: int | None, worker_kind: str, dashboard: bool) -> "distributed.LocalCluster":
     """The embedded LocalCluster: ``workers`` worker processes of one thread, or one in-process
     worker of ``workers`` threads (``worker_kind``); ``None`` means one per core."""
     import dask
     from distributed import LocalCluster
 
-    common = {"dashboard_address": ":0" if dashboard else None, "silence_logs": logging.ERROR}
+    common = {"dashboard_address": DASHBOARD_ADDRESS if dashboard else None, "silence_logs": logging.ERROR}
     if worker_kind == "threads":
         return LocalCluster(n_workers=1, threads_per_worker=workers or os.cpu_count() or 1, processes=False,
                             **common)

@@ -1,46 +1,46 @@
-"""Run-level operations shared by every model: fit into a run store, resume, evaluate, export.
+"""Run-level operations shared by every model: fit into a run store, resume, and restore a run for its
+outputs (SPEC 2).
 
-Each model registers a ``ModelSpec`` that says how to build its driver from a config and a
-dataset, and how to evaluate, export and report a finished run. The CLI and the Python API
-call only these functions, so a new model plugs in by adding one ``ModelSpec``.
+Each model registers a ``ModelSpec``: its config class, how to build its driver on an engine, and its
+``outputs`` (what ``evaluate``, ``export`` and ``report`` add for it: ``reports.outputs``). The modules
+that register models are the modules of ``buffet.pipeline.reports``, found by walking the package, so a
+new model plugs in by adding one module there. The CLI and the Python API call only these functions.
 """
 
 from __future__ import annotations
 
 import importlib
+import pkgutil
 from dataclasses import asdict, dataclass, fields
-from pathlib import Path
 from typing import Any, Callable
 
-import numpy as np
-
 from buffet.data.errors import UserError
-from buffet.pipeline.engine.executors import Executor
-from buffet.pipeline.engine.fitloop import run_loop
+from buffet.pipeline.engine.checkpoints import Saved
+from buffet.pipeline.engine.dataset import Source, source_of
+from buffet.pipeline.engine.engine import Engine
+from buffet.pipeline.engine.loop import Position, run_loop
 from buffet.pipeline.engine.runstore import RunStore
 from buffet.pipeline.engine.selection import Candidate, choose_on_validation, wants_validation
 
 
 @dataclass(frozen=True)
 class ModelSpec:
-    """How the engine runs, evaluates, exports and reports one model. ``summary`` is the one line that
-    ``buffet fit --help`` shows for it (what it is and what data it is for); ``worker_kind`` is the kind
-    of embedded LocalCluster worker its block tasks run best on (``cluster.WORKER_KINDS``); a model with
-    ``candidates`` chooses those settings on validation entries (``engine.selection``)."""
+    """How the engine runs one model and what its runs give a user. ``make_driver(config, source, engine)``
+    builds the driver (with ``validation=`` too when the model has ``candidates``, the settings it can
+    choose on validation entries, ``engine.selection``); ``outputs`` is its ``reports.outputs.Outputs``;
+    ``summary`` the one line ``buffet fit --help`` shows; ``worker_kind`` the kind of embedded LocalCluster
+    worker its block tasks run best on (``cluster.WORKER_KINDS``)."""
 
     config_cls: type
-    make_driver: Callable[..., Any]  # (config, store, executor) -> driver; with candidates also validation=
-    evaluate: Callable[[RunStore, Executor], dict]
-    export: Callable[[RunStore], dict[str, np.ndarray]]
-    report: Callable[[RunStore, Path], list[Path]]
+    make_driver: Callable[..., Any]
+    outputs: Any
     summary: str
     worker_kind: str = "processes"
-    candidates: Callable[[Any], list[Candidate]] | None = None  # settings to choose on validation (selection)
+    candidates: Callable[[Any], list[Candidate]] | None = None
 
 
 MODELS: dict[str, ModelSpec] = {}
-MODEL_MODULES = ("buffet.pipeline.reports.bnmf", "buffet.pipeline.reports.cnmf", "buffet.pipeline.reports.imf",
-                 "buffet.pipeline.reports.ibp", "buffet.pipeline.reports.bmf")
+REGISTRY_PACKAGE = "buffet.pipeline.reports"
 
 
 def register(name: str, spec: ModelSpec) -> None:
@@ -48,9 +48,11 @@ def register(name: str, spec: ModelSpec) -> None:
 
 
 def models() -> dict[str, ModelSpec]:
-    """Every registered model; the modules that register them are imported on first use."""
-    for module in MODEL_MODULES:
-        importlib.import_module(module)
+    """Every registered model; the modules of ``REGISTRY_PACKAGE`` are imported on first use."""
+    if not MODELS:
+        package = importlib.import_module(REGISTRY_PACKAGE)
+        for module in pkgutil.iter_modules(package.__path__, f"{REGISTRY_PACKAGE}."):
+            importlib.import_module(module.name)
     return MODELS
 
 
@@ -69,44 +71,49 @@ def config_from(spec: ModelSpec, params: dict) -> Any:
     return spec.config_cls(**params)
 
 
-def settle_config(spec: ModelSpec, config: Any, source: Any, executor: Executor) -> tuple[Any, dict | None]:
+def settle_config(spec: ModelSpec, config: Any, source: Source, engine: Engine) -> tuple[Any, dict | None]:
     """The config a fit runs with: ``config``, or the candidate chosen on validation entries when the model
     has candidates and ``config.select`` asks for a choice (``engine.selection``); with the record of the
     choice (None when nothing was chosen)."""
     if spec.candidates is None or not wants_validation(config, source):
         return config, None
-    return choose_on_validation(spec.candidates(config), spec.make_driver, config, source, executor)
+    return choose_on_validation(spec.candidates(config), spec.make_driver, config, source, engine)
 
 
-def fit_run(model: str, store: str, out: str, config: Any, executor: Executor, overwrite: bool = False,
+def run_source(run: RunStore) -> Source:
+    """The data of a run, as its workers read it."""
+    return source_of(run.meta["dataset"], getattr(run, "storage_options", None))
+
+
+def fit_run(model: str, source: Source, out: str, config: Any, engine: Engine, overwrite: bool = False,
             stop_after: int | None = None, quiet: bool = False) -> RunStore:
-    """Fit ``model`` on the dataset ``store`` into a new run folder ``out``."""
+    """Fit ``model`` on the dataset ``source`` (a store) into a new run folder ``out``."""
     spec = spec_for(model)
-    dataset = str(Path(store).resolve())
-    driver = spec.make_driver(config, dataset, executor)  # refuses data the model cannot take, before a run exists
-    run = RunStore.create(out, model, dataset, asdict(config), overwrite=overwrite)
-    return _fit(spec, run, config, executor, stop_after, quiet, driver, choose=True)
+    driver = spec.make_driver(config, source, engine)  # refuses data the model cannot take, before a run exists
+    run = RunStore.create(out, model, source.url, asdict(config), overwrite=overwrite)
+    return _fit(spec, run, config, engine, stop_after, quiet, driver, choose=True)
 
 
-def _fit(spec: ModelSpec, run: RunStore, config: Any, executor: Executor, stop_after: int | None, quiet: bool,
+def _fit(spec: ModelSpec, run: RunStore, config: Any, engine: Engine, stop_after: int | None, quiet: bool,
          driver: Any = None, choose: bool = True) -> RunStore:
     """Fit from the start: first, if ``choose``, settle the config (recording a choice in the run)."""
+    source = run_source(run)
     if choose:
         try:
-            chosen, selection = settle_config(spec, config, run.meta["dataset"], executor)
+            chosen, selection = settle_config(spec, config, source, engine)
         except BaseException:
             run.set_status("interrupted")
             raise
         if selection is not None:
             run.record_selection(selection, asdict(chosen))
             config, driver = chosen, None
-    driver = driver or spec.make_driver(config, run.meta["dataset"], executor)
+    driver = driver or spec.make_driver(config, source, engine)
     driver.start()
-    run_loop(driver, run, [], 0, config.checkpoint_every, stop_after, quiet)
+    run_loop(driver, run, Position(), config.checkpoint_every, stop_after, quiet)
     return run
 
 
-def resume_run(path: str, executor: Executor, quiet: bool = False) -> RunStore:
+def resume_run(path: str, engine: Engine, quiet: bool = False) -> RunStore:
     """Continue a run from its newest checkpoint; a finished run is left as it is. A run stopped before
     its first checkpoint starts again (choosing its settings again if it had not recorded the choice)."""
     run = RunStore(path)
@@ -116,15 +123,16 @@ def resume_run(path: str, executor: Executor, quiet: bool = False) -> RunStore:
     config = config_from(spec, run.params)
     run.set_status("running")
     if not run.has_checkpoint():
-        return _fit(spec, run, config, executor, None, quiet, choose=run.selection is None)
-    driver = spec.make_driver(config, run.meta["dataset"], executor)
-    arrays, state, folder = run.load_checkpoint()
-    driver.restore(arrays, folder)
-    run_loop(driver, run, state["trace"], state["step"], config.checkpoint_every, None, quiet)
+        return _fit(spec, run, config, engine, None, quiet, choose=run.selection is None)
+    driver = spec.make_driver(config, run_source(run), engine)
+    position = Saved(run, engine).restore(driver)
+    run_loop(driver, run, position, config.checkpoint_every, None, quiet)
     return run
 
 
-def trace_arrays(trace: list[dict]) -> dict[str, np.ndarray]:
-    """The trace as one array per recorded quantity (NaN where a step did not record it)."""
-    keys = sorted({k for record in trace for k in record})
-    return {f"trace_{k}": np.array([float(r.get(k, np.nan)) for r in trace]) for k in keys}
+def restored(run: RunStore, engine: Engine, states: tuple[str, ...] = ()) -> tuple[Any, Position]:
+    """A run's driver at its newest checkpoint, with only the named block ``states`` read back (what its
+    outputs need), and where the run is."""
+    spec = spec_for(run.model)
+    driver = spec.make_driver(config_from(spec, run.params), run_source(run), engine)
+    return driver, Saved(run, engine).restore(driver, states)

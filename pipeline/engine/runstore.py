@@ -13,9 +13,13 @@ only after the pointer moved, so a run killed at any moment resumes from a whole
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import shutil
+import uuid
+import zlib
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -145,3 +149,84 @@ class RunStore:
         except (OSError, ValueError) as exc:
             raise StoreError(f"{folder}: unreadable checkpoint ({exc})") from None
         return arrays, state, folder
+
+
+# ----- provisional v2 checkpoint API (local paths; replaced by the storage branch) -----
+
+@dataclass(frozen=True)
+class FileRecord:
+    """A file a checkpoint holds: where, how long, its crc32."""
+
+    path: str
+    size: int
+    crc32: int
+
+
+@dataclass(frozen=True)
+class CheckpointWriter:
+    """A new checkpoint folder being written."""
+
+    url: str
+    step: int
+
+    def block_url(self, name: str, index: int) -> str:
+        return f"{self.url}/{name}/{index:06d}.npz"
+
+
+@dataclass(frozen=True)
+class Checkpoint:
+    step: int
+    globals: dict
+    state: dict
+    blocks: dict
+    url: str
+
+
+def write_block_file(url: str, arrays: dict, storage_options: dict | None = None) -> FileRecord:
+    buffer = io.BytesIO()
+    np.savez(buffer, **arrays)
+    data = buffer.getvalue()
+    Path(url).parent.mkdir(parents=True, exist_ok=True)
+    Path(url).write_bytes(data)
+    return FileRecord(url, len(data), zlib.crc32(data))
+
+
+def read_block_file(url: str, storage_options: dict | None = None, expected: FileRecord | None = None) -> dict:
+    data = Path(url).read_bytes()
+    if expected is not None and (len(data) != expected.size or zlib.crc32(data) != expected.crc32):
+        raise StoreError(f"{url}: checkpoint file is corrupt")
+    with np.load(io.BytesIO(data), allow_pickle=False) as npz:
+        return {k: npz[k] for k in npz.files}
+
+
+def _begin_checkpoint(self, step: int) -> CheckpointWriter:
+    folder = self.path / f"ckpt-{step:08d}-{uuid.uuid4().hex[:8]}"
+    folder.mkdir()
+    return CheckpointWriter(str(folder), step)
+
+
+def _commit_checkpoint_v2(self, writer: CheckpointWriter, step: int, globals: dict, state: dict,
+                          blocks: dict) -> None:
+    record = write_block_file(f"{writer.url}/globals.npz", globals)
+    manifest = {"step": step, "state": state, "globals": record.__dict__,
+                "blocks": {k: [r.__dict__ for r in v] for k, v in blocks.items()}}
+    _write_json_atomic(Path(writer.url) / "MANIFEST.json", manifest)
+    _write_json_atomic(self.path / "checkpoint.json", {"folder": Path(writer.url).name, "step": step})
+    for old in self.path.glob("ckpt-*"):
+        if str(old) != writer.url:
+            shutil.rmtree(old, ignore_errors=True)
+
+
+def _load_checkpoint_v2(self) -> Checkpoint:
+    if not self.has_checkpoint():
+        raise StoreError(f"{self.path}: the run has no checkpoint yet (nothing to resume or read)")
+    folder = self.path / json.loads((self.path / "checkpoint.json").read_text())["folder"]
+    manifest = json.loads((folder / "MANIFEST.json").read_text())
+    globals_ = read_block_file(str(folder / "globals.npz"), None, FileRecord(**manifest["globals"]))
+    blocks = {k: [FileRecord(**r) for r in v] for k, v in manifest["blocks"].items()}
+    return Checkpoint(manifest["step"], globals_, manifest["state"], blocks, str(folder))
+
+
+RunStore.begin_checkpoint = _begin_checkpoint
+RunStore.commit_checkpoint_v2 = _commit_checkpoint_v2
+RunStore.load_checkpoint_v2 = _load_checkpoint_v2

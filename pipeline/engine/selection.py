@@ -23,9 +23,9 @@ import numpy as np
 
 from buffet.data.splits import EntrySample
 from buffet.kernels.metrics import auc
-from buffet.pipeline.engine.blocks import Source, resolve
-from buffet.pipeline.engine.executors import Executor
-from buffet.pipeline.engine.fitloop import run_loop
+from buffet.pipeline.engine.dataset import Source
+from buffet.pipeline.engine.engine import Engine
+from buffet.pipeline.engine.loop import Position, run_loop
 from buffet.pipeline.engine.messages import logger
 from buffet.pipeline.engine.seeds import stream
 
@@ -49,9 +49,9 @@ def wants_validation(config: Any, source: Source) -> bool:
     """Whether ``config.select`` asks for a choice on this dataset (module docstring)."""
     if config.select == "validation":
         return True
-    if config.select == "none" or not isinstance(source, str):
+    if config.select == "none" or source.url is None:
         return False
-    return bool(config.split) and config.split in resolve(source).split_names()
+    return bool(config.split) and config.split in source.open().split_names()
 
 
 def validation_folds(config: Any) -> list[EntrySample]:
@@ -69,20 +69,20 @@ def validation_score(kind: str, predicted: np.ndarray, truth: np.ndarray) -> tup
     return "neg_rmse", -float(np.sqrt(np.mean((predicted - truth) ** 2)))
 
 
-DriverFactory = Callable[..., Any]  # (config, source, executor, validation=EntrySample) -> driver
+DriverFactory = Callable[..., Any]  # (config, source, engine, validation=EntrySample) -> driver
 
 
 def choose_on_validation(candidates: list[Candidate], make_driver: DriverFactory, config: Any, source: Source,
-                         executor: Executor) -> tuple[Any, dict]:
+                         engine: Engine) -> tuple[Any, dict]:
     """Fit every candidate (listed in order of preference) once per validation fold without the fold's
     entries, score its predictions of them, and return the config of the candidate chosen by the
     one-standard-error rule on the mean scores (``one_standard_error_choice``), with the record of the
     choice."""
     folds = validation_folds(config)
-    kind = resolve(source).kind
+    kind = source.open().kind
     scored = []
     for i, candidate in enumerate(candidates):
-        scored.append(score_candidate(candidate, make_driver, config, source, executor, folds, kind))
+        scored.append(score_candidate(candidate, make_driver, config, source, engine, folds, kind))
         log.info("validation %d/%d: %s  %s=%.4f  K+=%s", i + 1, len(candidates), candidate.label,
                  scored[-1]["metric"], scored[-1]["score"], scored[-1]["k_plus"])
     chosen, tolerance = one_standard_error_choice(scored)
@@ -106,14 +106,14 @@ def one_standard_error_choice(scored: list[dict]) -> tuple[int, float]:
 
 
 def score_candidate(candidate: Candidate, make_driver: DriverFactory, config: Any, source: Source,
-                    executor: Executor, folds: list[EntrySample], kind: str) -> dict:
+                    engine: Engine, folds: list[EntrySample], kind: str) -> dict:
     """One candidate fitted without each fold's entries: its mean score, the score and K+ of every fold,
     and how many validation entries the folds hold."""
     scores, k_plus, entries = [], [], 0
     for fold in folds:
-        driver = make_driver(candidate.config(config), source, executor, validation=fold)
+        driver = make_driver(candidate.config(config), source, engine, validation=fold)
         driver.start()
-        run_loop(driver, None, [], quiet=True)
+        run_loop(driver, None, Position(), config.checkpoint_every, quiet=True)
         predicted, truth = driver.predictions()
         metric, value = validation_score(kind, predicted, truth)
         scores.append(value)

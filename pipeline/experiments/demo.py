@@ -12,9 +12,11 @@ from pathlib import Path
 from buffet.data.ingest_text import ingest
 from buffet.data.synthetic import write_uci_corpus
 from buffet.pipeline.models.bnmf import BNMFConfig
-from buffet.pipeline.engine.executors import Executor
+from buffet.pipeline.engine.dataset import source_of
+from buffet.pipeline.engine.engine import Engine
 from buffet.pipeline.engine.messages import logger
-from buffet.pipeline.engine.runs import fit_run, spec_for
+from buffet.pipeline.engine.runs import fit_run
+from buffet.pipeline.reports.outputs import report_run
 
 
 def reuters_files() -> tuple[Path, Path] | None:
@@ -44,15 +46,15 @@ def demo_dataset(folder: Path, overwrite: bool) -> Path:
     return store
 
 
-def run_demo(folder: Path, n_topics: int, passes: int, executor: Executor, overwrite: bool = False,
+def run_demo(folder: Path, n_topics: int, passes: int, engine: Engine, overwrite: bool = False,
              quiet: bool = False) -> Path:
     """Ingest, fit by SVI with held-out scoring during training, write the report folder."""
     folder.mkdir(parents=True, exist_ok=True)
     store = demo_dataset(folder, overwrite)
     config = BNMFConfig(n_topics=n_topics, mode="svi", batch_size=64, passes=passes, eval_every=2,
                         chunk_rows=32, checkpoint_every=10)
-    run = fit_run("bnmf", str(store), str(folder / "run"), config, executor, overwrite=overwrite, quiet=quiet)
-    files = spec_for("bnmf").report(run, folder / "report")
+    run = fit_run("bnmf", source_of(store), str(folder / "run"), config, engine, overwrite=overwrite, quiet=quiet)
+    files = report_run(run, Engine(), folder / "report")
     print((folder / "report" / "summary.md").read_text())
     print("report files:\n" + "\n".join(f"  {f}" for f in files))
     return folder / "report"

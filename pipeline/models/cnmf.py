@@ -1,26 +1,31 @@
-"""Correlated NMF on the engine: block tasks and the batch / stochastic driver (SPEC 2, 3.6).
+"""Correlated NMF (SPEC 3.6, paper 002 sections 11.3.2 and 11.5): its settings and its model object for
+the topic models' driver (``models.topics``).
 
-The driver is Bayesian NMF's (``pipeline.models.bnmf.BNMFDriver``: corpus, blocks, minibatch order, held-out
-documents, checkpoints) with correlated NMF's locals (u_d, alpha_d) and globals (q(beta) and the
-topic locations L). A step fits the locals of every block (batch) or of a minibatch (SVI) on the
-workers, tree-reduces the chunk statistics and updates q(beta) and L on the client. Batch mode keeps
-u_d on the workers between iterations and takes each l_k Newton step with a line search whose
-candidate sums come from the workers; the objective it records is ``kernels.cnmf``'s F.
+Globals: q(beta) (shapes ``g``, rates ``h``) and the topic locations ``L`` (K x m). A document's local
+step fits its location u_d and offset alpha_d by Newton steps (``kernels.cnmf.local_step``); batch mode
+keeps (u_d, alpha_d) as the named state "u" and takes one Newton step per l_k with a line search whose
+candidate sums come from the workers (eq. 11.35); SVI takes the natural-gradient step of q(beta) and a
+Newton step of L from the minibatch sums scaled by D/|C_t|. The objective recorded is
+``kernels.cnmf``'s F.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
 from buffet.data.store import CSRRows
 from buffet.kernels import bnmf, cnmf
-from buffet.pipeline.engine.blocks import read_block, row_ranges
-from buffet.pipeline.models.bnmf import BNMFDriver, Corpus, TopicModelConfig, corpus_from_source
-from buffet.pipeline.engine.executors import pick, tree_reduce
+from buffet.pipeline.engine.blocks import row_ranges
+from buffet.pipeline.engine.dataset import count_blocks
+from buffet.pipeline.engine.engine import BlockSet, Engine
 from buffet.pipeline.engine.seeds import stream
 from buffet.pipeline.engine.settings import option, require_counts, require_positive
+from buffet.pipeline.models.topics import Corpus, TopicModelConfig
+
+Locals = tuple[np.ndarray, np.ndarray]  # a block's (u_d rows, alpha_d)
 
 
 @dataclass
@@ -59,130 +64,97 @@ class CNMFConfig(TopicModelConfig):
         return bnmf.Hyper(c0=base.c0 if self.c0 is None else self.c0, a0=base.a0, b0=base.b0, n_words=n_words)
 
 
-# ----- block tasks (run on workers; plain functions of their arguments) -----
+@dataclass(frozen=True)
+class CNMF:
+    """Correlated NMF as a ``models.topics.TopicModel`` (module docstring)."""
 
-def batch_local_task(rows: CSRRows, u: np.ndarray | None, view: bnmf.TopicView, L: np.ndarray,
-                     settings: cnmf.LocalSettings) -> tuple[np.ndarray, np.ndarray, dict]:
-    res = cnmf.local_step(rows.indptr, rows.indices, rows.data, view, L, settings, u_start=u)
-    return res.u, res.alpha, {**res.statistics(), "steps": float(res.steps.sum())}
-
-
-def exp_sums_task(u: np.ndarray, alpha: np.ndarray, L: np.ndarray, direction: np.ndarray) -> dict:
-    return {"sums": cnmf.candidate_exp_sums(u, alpha, L, direction)}
-
-
-def objective_task(rows: CSRRows, u: np.ndarray, view: bnmf.TopicView, L: np.ndarray) -> dict:
-    return {"objective": cnmf.local_objective(rows.indptr, rows.indices, rows.data, view, L, u)}
-
-
-def svi_block_task(rows: CSRRows, view: bnmf.TopicView, L: np.ndarray, settings: cnmf.LocalSettings) -> dict:
-    res = cnmf.local_step(rows.indptr, rows.indices, rows.data, view, L, settings)
-    return {**res.statistics(), "docs": float(rows.n_rows), "steps": float(res.steps.sum())}
-
-
-def completion_task(rows: CSRRows, seed: int, block: int, view: bnmf.TopicView, mean_beta: np.ndarray,
-                    L: np.ndarray, settings: cnmf.LocalSettings) -> dict:
-    ll, tokens = cnmf.threefold_completion(rows.indptr, rows.indices, rows.data, view, mean_beta, L, settings,
-                                           stream(seed, "thirds", block))
-    return {"ll": ll, "tokens": tokens}
-
-
-def locations_task(rows: CSRRows, view: bnmf.TopicView, L: np.ndarray, settings: cnmf.LocalSettings) -> np.ndarray:
-    return cnmf.local_step(rows.indptr, rows.indices, rows.data, view, L, settings, with_stats=False).u
-
-
-# ----- the driver -----
-
-@dataclass
-class CNMFDriver(BNMFDriver):
-    """Runs correlated NMF step by step on an executor (the Driver protocol of fitloop)."""
-
-    L: np.ndarray | None = None
-    label: str = "cnmf"
-    local_name = "u"
+    config: CNMFConfig
+    hyper: bnmf.Hyper
+    prior: cnmf.Prior
+    local_state = "u"
     effort = ("mean_newton_steps", "steps")
 
-    def __post_init__(self) -> None:
-        super().__post_init__()
-        self.prior = self.config.prior()
+    @classmethod
+    def of(cls, config: CNMFConfig, n_words: int) -> "CNMF":
+        return cls(config, config.hyper(n_words), config.prior())
 
-    def start(self, n_tokens: float | None = None, n_docs: int | None = None) -> None:
-        super().start(n_tokens, n_docs)
-        self.L = cnmf.initial_topics(self.config.n_topics, self.prior, stream(self.config.seed, "locations"))
+    def initial_globals(self, corpus: Corpus, n_tokens: float, n_docs: int) -> dict[str, Any]:
+        """q(beta) as Bayesian NMF starts it, and topic locations drawn from their prior."""
+        g, h = bnmf.initial_globals(corpus.n_words, self.config.n_topics, n_tokens, n_docs, self.hyper,
+                                    stream(self.config.seed, "init"))
+        return {"g": g, "h": h, "L": cnmf.initial_topics(self.config.n_topics, self.prior,
+                                                         stream(self.config.seed, "locations"))}
 
-    def set_globals(self, arrays: dict) -> None:
-        super().set_globals(arrays)
-        self.L = arrays["L"]
+    def local_view(self, globals_: dict[str, Any]) -> tuple[bnmf.TopicView, np.ndarray]:
+        """What the local steps read: the expectations of q(beta) (eq. 11.24) and L."""
+        return bnmf.TopicView.from_params(globals_["g"], globals_["h"]), globals_["L"]
 
-    def global_arrays(self) -> dict[str, np.ndarray]:
-        return {**super().global_arrays(), "L": self.L}
+    def batch_local(self, rows: CSRRows, last: Locals | None, view: tuple) -> tuple[Locals, dict]:
+        """(u_d, alpha_d) of a block warm-started from its last u_d, with the block's statistics."""
+        topics, L = view
+        res = cnmf.local_step(rows.indptr, rows.indices, rows.data, topics, L, self.config.local_settings(),
+                              u_start=None if last is None else last[0])
+        return (res.u, res.alpha), {**res.statistics(), "steps": float(res.steps.sum())}
 
-    def local_width(self) -> int:
-        return self.config.n_dims
+    def svi_local(self, rows: CSRRows, view: tuple) -> dict:
+        """A minibatch block's statistics from fresh local fits."""
+        topics, L = view
+        res = cnmf.local_step(rows.indptr, rows.indices, rows.data, topics, L, self.config.local_settings())
+        return {**res.statistics(), "docs": float(rows.n_rows), "steps": float(res.steps.sum())}
 
-    def view(self) -> bnmf.TopicView:
-        """The expectations of q(beta) the local steps use (eq. 11.24)."""
-        return bnmf.TopicView.from_params(self.g, self.h)
+    def exp_sums(self, local: Locals, L: np.ndarray, direction: np.ndarray) -> dict:
+        u, alpha = local
+        return {"sums": cnmf.candidate_exp_sums(u, alpha, L, direction)}
 
-    def _batch_step(self, step: int) -> dict:
-        """Locals of every document; q(beta) (eqs. 11.25, 11.27); one Newton step per l_k with a line
-        search (eq. 11.35); then the objective F at the new globals."""
-        ex = self.executor
-        view = ex.broadcast(self.view())
-        results = [ex.submit(batch_local_task, rows, u, view, self.L, self.config.local_settings())
-                   for rows, u in zip(self._blocks, self._states)]
-        self._states = [ex.submit(pick, r, 0) for r in results]
-        alphas = [ex.submit(pick, r, 1) for r in results]
-        stats = ex.gather(tree_reduce(ex, [ex.submit(pick, r, 2) for r in results]))
-        self.g, self.h = bnmf.batch_update(stats["S"], stats["w_sum"], self.hyper)
-        beta_sum = (self.g / self.h).sum(axis=0)
-        direction, grad = cnmf.topic_direction(self.L, stats, beta_sum, self.prior)
-        sums = ex.gather(tree_reduce(ex, [ex.submit(exp_sums_task, u, a, self.L, direction)
-                                          for u, a in zip(self._states, alphas)]))["sums"]
-        self.L = cnmf.batch_topic_step(self.L, stats, direction, grad, sums, beta_sum, self.prior)
-        new_view = ex.broadcast(self.view())
-        local = ex.gather(tree_reduce(ex, [ex.submit(objective_task, rows, u, new_view, self.L)
-                                           for rows, u in zip(self._blocks, self._states)]))["objective"]
-        self.docs_seen += self.corpus.n_train
-        return {"step": step + 1, "docs_seen": self.docs_seen,
-                "elbo": local + cnmf.topic_prior(self.L, self.prior) + bnmf.global_elbo(self.g, self.h, self.hyper),
-                "mean_newton_steps": stats["steps"] / self.corpus.n_train}
+    def batch_update(self, engine: Engine, globals_: dict[str, Any], stats: dict, locals_: BlockSet) -> dict:
+        """q(beta) (eqs. 11.25, 11.27), then one Newton step per l_k with a line search (eq. 11.35) whose
+        candidate sums are reduced over the blocks."""
+        g, h = bnmf.batch_update(stats["S"], stats["w_sum"], self.hyper)
+        L = globals_["L"]
+        beta_sum = (g / h).sum(axis=0)
+        direction, grad = cnmf.topic_direction(L, stats, beta_sum, self.prior)
+        sums = engine.reduce(engine.map(self.exp_sums, locals_, L, direction))["sums"]
+        return {"g": g, "h": h, "L": cnmf.batch_topic_step(L, stats, direction, grad, sums, beta_sum, self.prior)}
 
-    def _svi_parts(self, blocks: list) -> list:
-        """The local-step tasks of a minibatch's blocks: u_d, alpha_d and their statistics."""
-        view = self.executor.broadcast(self.view())
-        return [self.executor.submit(svi_block_task, rows, view, self.L, self.config.local_settings())
-                for rows in blocks]
+    def local_objective(self, rows: CSRRows, local: Locals, view: tuple) -> dict:
+        topics, L = view
+        return {"objective": cnmf.local_objective(rows.indptr, rows.indices, rows.data, topics, L, local[0])}
 
-    def _svi_globals(self, stats: dict, scale: float, rho: float) -> None:
+    def objective(self, engine: Engine, rows: BlockSet, locals_: BlockSet, globals_: dict[str, Any]) -> float:
+        """F at the new globals: the documents' terms, reduced, plus the priors of L and q(beta)'s terms."""
+        view = engine.share(self.local_view(globals_))
+        local = engine.reduce(engine.map(self.local_objective, rows, locals_, view))["objective"]
+        return (local + cnmf.topic_prior(globals_["L"], self.prior)
+                + bnmf.global_elbo(globals_["g"], globals_["h"], self.hyper))
+
+    def stochastic_update(self, globals_: dict[str, Any], stats: dict, scale: float, rho: float) -> dict:
         """The natural-gradient step of q(beta) (eqs. 11.33-11.34) and the Newton step of L (eq. 11.35),
-        minibatch sums scaled by D/|C_t|, both from the globals the minibatch saw."""
-        beta_sum = (self.g / self.h).sum(axis=0)
-        self.L = cnmf.stochastic_topic_step(self.L, stats, beta_sum, self.prior, scale, rho)
-        self.g, self.h = bnmf.stochastic_update(self.g, self.h, stats["S"], stats["w_sum"], self.hyper, scale, rho)
+        both from the globals the minibatch saw."""
+        g, h = globals_["g"], globals_["h"]
+        L = cnmf.stochastic_topic_step(globals_["L"], stats, (g / h).sum(axis=0), self.prior, scale, rho)
+        g, h = bnmf.stochastic_update(g, h, stats["S"], stats["w_sum"], self.hyper, scale, rho)
+        return {"g": g, "h": h, "L": L}
 
-    def heldout_loglik(self) -> float:
-        """Per-word held-out log likelihood by threefold document completion (SPEC 4)."""
-        view = self.executor.broadcast(self.view())
-        mean_beta = self.executor.broadcast(self.g / self.h)
-        parts = [self.executor.submit(completion_task, rows, self.config.seed, i, view, mean_beta, self.L,
-                                      self.config.local_settings())
-                 for i, rows in enumerate(self._eval)]
-        total = self.executor.gather(tree_reduce(self.executor, parts))
-        return total["ll"] / max(total["tokens"], 1.0)
+    def eval_view(self, globals_: dict[str, Any]) -> tuple:
+        """What document completion reads: the topic view, E[beta] and L."""
+        return bnmf.TopicView.from_params(globals_["g"], globals_["h"]), globals_["g"] / globals_["h"], globals_["L"]
 
-    def locations(self) -> np.ndarray:
-        """u_d of every document of the dataset (held-out ones too) with the globals fixed: the
-        local step as ``transform`` (SPEC 3.6, for nearest-neighbour retrieval)."""
-        view = self.executor.broadcast(self.view())
-        none = np.zeros(0, dtype=np.int64)
-        parts = [self.executor.submit(locations_task,
-                                      self.executor.submit(read_block, self.corpus.source, r0, r1, none),
-                                      view, self.L, self.config.local_settings())
-                 for r0, r1 in row_ranges(self.corpus.n_rows, self.config.chunk_rows)]
-        return np.concatenate(self.executor.gather(parts), axis=0)
+    def completion(self, rows: CSRRows, block: int, view: tuple) -> dict:
+        """Threefold document completion of a block of held-out documents (SPEC 4)."""
+        topics, mean_beta, L = view
+        ll, tokens = cnmf.threefold_completion(rows.indptr, rows.indices, rows.data, topics, mean_beta, L,
+                                               self.config.local_settings(), stream(self.config.seed, "thirds", block))
+        return {"ll": ll, "tokens": tokens}
 
+    def location(self, rows: CSRRows, view: tuple) -> np.ndarray:
+        """u_d of a block's documents with the globals fixed (SPEC 3.6, for nearest-neighbour retrieval)."""
+        topics, L = view
+        return cnmf.local_step(rows.indptr, rows.indices, rows.data, topics, L, self.config.local_settings(),
+                               with_stats=False).u
 
-def make_corpus(store: str, config: CNMFConfig) -> Corpus:
-    """The rows of ``store`` a correlated NMF fit uses (counts in CSR layout only)."""
-    return corpus_from_source(store, config.split, "correlated NMF")
+    def locations(self, engine: Engine, corpus: Corpus, globals_: dict[str, Any]) -> np.ndarray:
+        """u_d of every document of the dataset (held-out ones too), in row order."""
+        rows = count_blocks(engine, corpus.source, row_ranges(corpus.n_rows, self.config.chunk_rows),
+                            np.zeros(0, dtype=np.int64))
+        parts = engine.gather(engine.map(self.location, rows, engine.share(self.local_view(globals_))))
+        return np.concatenate(parts, axis=0)

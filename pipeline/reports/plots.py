@@ -33,6 +33,26 @@ def save_figure(fig: "Figure", path: Path) -> Path:
     return path
 
 
+def trace_panels(trace: list[dict], path: Path, columns: int = 3) -> Path:
+    """Every quantity the trace records besides ``step`` and ``seconds``, one panel each against the step
+    (the common first figure of every report)."""
+    keys = sorted({k for r in trace for k in r} - {"step", "seconds"})
+    rows = max(1, -(-len(keys) // columns))
+    fig, axes = new_figure(rows, columns, figsize=(4.2 * columns, 2.8 * rows), squeeze=False)
+    for ax, key in zip(axes.ravel(), keys):
+        points = [(r["step"], r[key]) for r in trace if key in r]
+        ax.plot(*zip(*points), marker="o" if len(points) < 40 else None, markersize=3)
+        ax.set_title(key, fontsize=9)
+        ax.set_xlabel("step", fontsize=8)
+        ax.grid(alpha=0.3)
+    for ax in axes.ravel()[len(keys):]:
+        ax.axis("off")
+    if not keys:
+        axes[0, 0].text(0.5, 0.5, "no steps recorded", ha="center", va="center", transform=axes[0, 0].transAxes)
+    fig.suptitle("trace")
+    return save_figure(fig, path)
+
+
 def metric_curve(trace: list[dict], x_key: str, y_key: str, x_label: str, y_label: str, path: Path) -> Path:
     """Plot one recorded quantity of a trace against another (steps without it are skipped)."""
     points = [(r[x_key], r[y_key]) for r in trace if y_key in r and x_key in r]

@@ -1,0 +1,70 @@
+"""Checkpoints of a fit, the same for every model (SPEC 2, issue #11): the driver's globals
+(``Driver.global_arrays``), every named per-block state of the engine, the step and the trace.
+
+Each block of a named state is flattened to arrays (``engine.codec``) and written into the run's new
+checkpoint folder by the worker that holds it; the client writes the globals and the manifest last
+(``RunStore``). Restoring reads every block back where it will be used (its lineage is that read, so a
+lost block is read again). A fit without a run folder keeps its last checkpoint in this process.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+from typing import Any, Sequence
+
+from buffet.pipeline.engine import codec
+from buffet.pipeline.engine.engine import Engine
+from buffet.pipeline.engine.runstore import FileRecord, RunStore, read_block_file, write_block_file
+
+
+def write_block(value: Any, url: str, storage_options: str) -> FileRecord:
+    """A block's value written to ``url`` (a worker task)."""
+    return write_block_file(url, codec.to_arrays(value), json.loads(storage_options) or None)
+
+
+def read_block(record: FileRecord, storage_options: str) -> Any:
+    """A block's value read back from its checkpoint file, checked against its record (a worker task)."""
+    return codec.from_arrays(read_block_file(record.path, json.loads(storage_options) or None, record))
+
+
+class Saved:
+    """The last checkpoint of a fit: in ``run`` (a run store), or in this process without one."""
+
+    def __init__(self, run: RunStore | None, engine: Engine):
+        self.run, self.engine = run, engine
+        self.storage_options = json.dumps(getattr(run, "storage_options", None) or {}, sort_keys=True)
+        self._memory: tuple | None = None
+
+    def write(self, driver: Any, step: int, trace: list[dict], seconds: float) -> None:
+        """Checkpoint the fit at ``step`` (module docstring)."""
+        engine = self.engine
+        if self.run is None:
+            states = {name: engine.gather(blocks) for name, blocks in engine.states.items()}
+            self._memory = (step, copy.deepcopy(trace), seconds, copy.deepcopy(driver.global_arrays()), states)
+            return
+        writer = self.run.begin_checkpoint(step)
+        blocks = {}
+        for name, state in engine.states.items():
+            urls = engine.generate(str, [(writer.block_url(name, i),) for i in range(state.n)])
+            blocks[name] = engine.gather(engine.map(write_block, state, urls, self.storage_options))
+        self.run.commit_checkpoint_v2(writer, step, codec.to_arrays(driver.global_arrays()),
+                                      {"trace": trace, "seconds": seconds}, blocks)
+
+    def restore(self, driver: Any, names: Sequence[str] | None = None) -> "Position":
+        """Put the driver and the engine's named states (all, or only ``names``) back to the last
+        checkpoint; where it was."""
+        from buffet.pipeline.engine.loop import Position
+
+        engine = self.engine
+        if self.run is None:
+            step, trace, seconds, globals_ = copy.deepcopy(self._memory[:4])
+            driver.set_globals(globals_)
+            engine.states = {name: engine.from_values(values) for name, values in self._memory[4].items()
+                             if names is None or name in names}
+            return Position(step, trace, seconds)
+        checkpoint = self.run.load_checkpoint_v2()
+        driver.set_globals(codec.from_arrays(checkpoint.globals))
+        engine.states = {name: engine.generate(read_block, [(r, self.storage_options) for r in records])
+                         for name, records in checkpoint.blocks.items() if names is None or name in names}
+        return Position(checkpoint.step, checkpoint.state["trace"], checkpoint.state["seconds"])
