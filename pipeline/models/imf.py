@@ -1,49 +1,53 @@
-"""IMF and INMF on the engine: per-row q(z) on row chunks, column posteriors from reduced sums,
+"""IMF and INMF on the engine: per-row q(z) on row blocks, column posteriors from reduced sums,
 and K+ chosen by evidence (SPEC 2, 3.1, 3.2; paper 000 Algorithm 1).
 
 Each engine step is one alternation at the current K+: the client updates the column
-posteriors from the reduced statistics, the row chunks update q(z) and return new statistics,
+posteriors from the reduced statistics, the row blocks update q(z) and return new statistics,
 features whose usage falls below a threshold are pruned, and the evidence L(q; K+) is recorded.
 When L stops changing, the state is compared with the best so far and, unless growth has
-stopped paying, one feature is added: chunks reduce the residual's Gram matrix, the client
-finds its ``n_candidates`` leading directions, and for each in turn the chunks project onto it,
+stopped paying, one feature is added: blocks reduce the residual's Gram matrix, the client
+finds its ``n_candidates`` leading directions, and for each in turn the blocks project onto it,
 the split of the projections initialises the new column of q(z) and the alternation runs to
 convergence from there. The candidate with the best L is the state at the new K+ (paper 000
-Algorithm 1 grows from the previous state; trying several residual directions, as the
-in-memory reference ``kernels.imf.fit_in_memory`` does, keeps one unlucky direction from
-deciding K+).
+Algorithm 1 grows from the previous state; trying several residual directions keeps one unlucky
+direction from deciding K+).
+
+State (issue #11): q(z) is the named per-block state "nu". The search keeps up to three saved
+states (``SAVED_STATES``): "best", the best converged state so far; "base", the converged state a
+growth step started from; "leader", the best candidate of the growth step. Each is its evidence,
+column posteriors and statistics in the driver's globals plus its q(z) as the named state
+"<name>_nu", dropped when the state is no longer needed. The search exists once: the in-memory
+reference (``fit_to_end``) is this driver on an in-process engine over in-memory rows.
 
 With ``offset_reg`` set (an extension of the paper's model, ``kernels.imf.remove_offsets``), row
-and column offsets are fitted first by alternating ridge updates (row offsets on the chunks,
+and column offsets are fitted first by alternating ridge updates (row offsets on the blocks,
 column offsets from reduced sums), the training blocks are centred by them, and predictions add
-them back. They are a deterministic function of the training entries, so a resumed run refits
-them instead of storing them.
+them back. They are a deterministic function of the training entries, so the driver fits them
+when it is built (a resumed or restored run fits them again, to the same numbers) instead of
+keeping them as state.
 """
 
 from __future__ import annotations
 
-import time
-from dataclasses import dataclass, field
-from pathlib import Path
+from dataclasses import dataclass
 
 import numpy as np
-import zarr
 
 from buffet.data.errors import UserError
+from buffet.data.splits import EntrySample
 from buffet.data.store import DenseRows
 from buffet.kernels import imf, inmf
-from buffet.data.splits import EntrySample
-from buffet.pipeline.engine.blocks import (Source, load_training_rows, resolve, row_ranges, target_entries,
-                                          task_source)
-from buffet.pipeline.engine.executors import Executor, pick, tree_reduce
-from buffet.pipeline.engine.runstore import RunStore
+from buffet.pipeline.engine.blocks import MemoryRows, row_ranges
+from buffet.pipeline.engine.dataset import Source, dense_blocks, read_dense_chunk, read_seen_chunk, source_of
+from buffet.pipeline.engine.engine import BlockSet, Engine
+from buffet.pipeline.engine.loop import Position, run_loop
 from buffet.pipeline.engine.selection import Candidate
 from buffet.pipeline.engine.settings import (SelectionSettings, checkpoint_option, option, require_counts,
                                              require_positive, split_option)
 
 CAP_CHOICES = (2, 4, 8)  # caps on K+ tried below max_k when settings are chosen on validation
 DEFAULT_OFFSET_REG = 1.0  # ridge strength of the offsets candidate when offset_reg is not given
-SAVED_STATES = ("best", "base", "leader")  # driver states a checkpoint holds besides the current one
+SAVED_STATES = ("best", "base", "leader")  # search states kept besides the current one (module docstring)
 OFFSET_SWEEPS = 20  # alternations of row and column offsets (ridge ALS converges in a few)
 
 
@@ -129,6 +133,10 @@ def structural_candidates(config: IMFConfig) -> list[Candidate]:
 
 # ----- block tasks -----
 
+def no_offsets_task(rows: DenseRows) -> np.ndarray:
+    return np.zeros(rows.n_rows)
+
+
 def row_offsets_task(rows: DenseRows, col_off: np.ndarray, reg: float) -> np.ndarray:
     return imf.row_offsets(rows.X, rows.mask, col_off, reg)
 
@@ -170,95 +178,109 @@ def extend_task(nu: np.ndarray, p: np.ndarray, sign: float, threshold: float) ->
     return np.column_stack([nu, imf.new_feature_column(p, sign, threshold)])
 
 
-def predict_task(source: Source, r0: int, r1: int, split: str | None, sample: EntrySample | None, nu: np.ndarray,
-                 m: np.ndarray, row_off: np.ndarray, col_off: np.ndarray) -> tuple:
-    """Posterior-mean predictions b_i + c_j + E[z_i] E[a_j] and truths for the target entries of the rows
-    (``blocks.target_entries``: held-out, or validation; offsets b, c are 0 unless fitted)."""
-    target = target_entries(source, r0, r1, split, sample)
-    X = resolve(source).read_rows(r0, r1).X
-    return (nu @ m.T + row_off[:, None] + col_off[None, :])[target], X[target]
+def target_rows(source: Source, r0: int, r1: int, split: str | None,
+                sample: EntrySample | None) -> tuple[np.ndarray, np.ndarray]:
+    """X of rows [r0, r1) and the entries a fit is scored on: those of the validation ``sample`` that
+    training could see (observed, not held out by ``split``), or, without a sample, the held-out
+    entries of ``split``."""
+    x = read_dense_chunk(source, r0, r1)
+    if sample is None:
+        return x, source.open().read_split_rows(split, "test_mask", r0, r1)
+    return x, read_seen_chunk(source, r0, r1, split, None) & sample.rows(r0, r1, x.shape[1])
 
 
-def write_rows_task(values: np.ndarray, path: str, name: str, r0: int) -> None:
-    zarr.open_array(f"{path}/{name}", mode="r+")[r0:r0 + values.shape[0], :] = values
-
-
-def read_rows_task(path: str, name: str, r0: int, r1: int) -> np.ndarray:
-    return np.asarray(zarr.open_array(f"{path}/{name}", mode="r")[r0:r1, :])
+def predict_task(target: tuple[np.ndarray, np.ndarray], nu: np.ndarray, row_off: np.ndarray, m: np.ndarray,
+                 col_off: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Posterior-mean predictions b_i + c_j + E[z_i] E[a_j] and truths for the target entries of a block
+    (``target_rows``; offsets b, c are 0 unless fitted)."""
+    x, entries = target
+    return (nu @ m.T + row_off[:, None] + col_off[None, :])[entries], x[entries]
 
 
 # ----- the driver -----
 
-@dataclass
+# The driver's client-side values (its globals, ``engine.loop``): the column posteriors and statistics of
+# the current state, the saved search states, and where the search is.
+GLOBALS = ("post", "stats", *SAVED_STATES, "history", "previous", "iter_in_k", "failures", "done", "directions",
+           "candidate")
+
+
 class IMFDriver:
-    """IMF/INMF with K+ search on an executor (the Driver protocol of fitloop)."""
+    """IMF/INMF with the K+ search on an engine (module docstring; ``engine.loop.Driver``). With
+    ``validation``, those entries are left out of training and ``predictions`` scores them."""
 
-    config: IMFConfig
-    source: Source
-    executor: Executor
-    validation: EntrySample | None = None  # entries left out of training and scored by ``predictions``
-    label: str = "imf"
-    post: dict = field(default_factory=dict)
-    stats: dict = field(default_factory=dict)
-    best: dict = field(default_factory=lambda: {"evidence": -np.inf})
-    history: list = field(default_factory=list)
-    previous: float = -np.inf
-    iter_in_k: int = 0
-    failures: int = 0
-    done: bool = False
-    base: dict = field(default_factory=dict)  # the converged state a growth step started from
-    leader: dict = field(default_factory=lambda: {"evidence": -np.inf})  # best candidate of this growth
-    directions: np.ndarray | None = None  # (D, candidates) residual directions of this growth
-    candidate: int = 0
-
-    def __post_init__(self) -> None:
-        self.config.check()
-        ds = resolve(self.source)
+    def __init__(self, config: IMFConfig, source: Source, engine: Engine, validation: EntrySample | None = None):
+        config.check()
+        ds = source.open()
         if ds.layout != "dense":
-            raise UserError(f"{self.source}: IMF needs a dense dataset (real or binary), got layout {ds.layout}")
-        self.split = self.config.split if self.config.split in ds.split_names() else None
-        self.model, self.hyper = self.config.model(), self.config.hyper()
-        self.label = "inmf" if isinstance(self.config, INMFConfig) else "imf"
-        self.ranges = row_ranges(ds.n_rows, self.config.chunk_rows)
-        self.rows = task_source(self.source, self.executor)
-        self.blocks = [self.executor.submit(load_training_rows, self.rows, r0, r1, self.split, self.validation)
-                       for r0, r1 in self.ranges]
-        self.row_off: list = [np.zeros(r1 - r0) for r0, r1 in self.ranges]
-        self.col_off = np.zeros(ds.n_cols)
-        if self.config.offset_reg is not None:
-            self._fit_offsets(self.config.offset_reg)
-        self.nu: list = []
-        self._t_start = time.perf_counter()
+            raise UserError(f"{source}: IMF needs a dense dataset (real or binary), got layout {ds.layout}")
+        self.config, self.source, self.engine, self.validation = config, source, engine, validation
+        self.split = config.split if config.split in ds.split_names() else None
+        self.model, self.hyper = config.model(), config.hyper()
+        self.label = "inmf" if isinstance(config, INMFConfig) else "imf"
+        self.ranges = row_ranges(ds.n_rows, config.chunk_rows)
+        rows = engine.hold(dense_blocks(engine, source, self.ranges, self.split, validation))
+        self.row_off, self.col_off = engine.map(no_offsets_task, rows), np.zeros(ds.n_cols)
+        if config.offset_reg is not None:
+            self.row_off, self.col_off = self._fit_offsets(rows, config.offset_reg)
+            rows = engine.map(centre_task, rows, self.row_off, self.col_off)
+        self.blocks = engine.hold(rows)
+        self.post: dict = {}
+        self.stats: dict = {}
+        self.best: dict = {"evidence": -np.inf}
+        self.base: dict = {}  # empty unless a growth step is under way
+        self.leader: dict = {"evidence": -np.inf}
+        self.history: list[tuple[int, float]] = []
+        self.previous = -np.inf
+        self.iter_in_k = 0
+        self.failures = 0
+        self.done = False
+        self.directions: np.ndarray | None = None  # (D, candidates) residual directions of this growth
+        self.candidate = 0
 
     @property
     def k_plus(self) -> int:
         return int(self.post["m"].shape[1])
 
-    def _fit_offsets(self, reg: float) -> None:
-        """Row and column offsets by alternating ridge updates, then centre the training blocks."""
-        def column_sums(row_off: list) -> dict:
-            return self.executor.gather(tree_reduce(self.executor, [
-                self.executor.submit(column_offset_stats_task, b, r) for b, r in zip(self.blocks, row_off)]))
+    def _fit_offsets(self, rows: BlockSet, reg: float) -> tuple[BlockSet, np.ndarray]:
+        """Row offsets (per block) and column offsets by alternating ridge updates. The column offsets go
+        to the blocks as a plain value, so the centred blocks can be rebuilt from the data alone."""
+        engine = self.engine
+
+        def column_sums(row_off: BlockSet) -> dict:
+            return engine.reduce(engine.map(column_offset_stats_task, rows, row_off))
 
         sums = column_sums(self.row_off)
         mean = float(sums["col_resid"].sum() / max(sums["col_count"].sum(), 1.0))
         col_off = np.full(self.col_off.shape, mean)
         for _ in range(OFFSET_SWEEPS):
-            col = self.executor.broadcast(col_off)
-            row_off = [self.executor.submit(row_offsets_task, b, col, reg) for b in self.blocks]
+            row_off = engine.map(row_offsets_task, rows, col_off, reg)
             col_off = imf.column_offsets(column_sums(row_off), mean, reg)
-        self.row_off, self.col_off = self.executor.gather(row_off), col_off
-        col = self.executor.broadcast(col_off)
-        self.blocks = [self.executor.submit(centre_task, b, r, col) for b, r in zip(self.blocks, self.row_off)]
+        return engine.hold(row_off), col_off
 
     def _reduce_stats(self) -> dict:
-        parts = [self.executor.submit(stats_task, b, nu) for b, nu in zip(self.blocks, self.nu)]
-        return self.executor.gather(tree_reduce(self.executor, parts))
+        return self.engine.reduce(self.engine.map(stats_task, self.blocks, self.engine.state("nu")))
 
-    def start(self) -> None:
-        self.nu = [self.executor.submit(empty_nu_task, b) for b in self.blocks]
+    # -- the driver contract --
+    def start(self, nu: np.ndarray | None = None) -> None:
+        """The K+ = 0 state (no features), or q(z) started at ``nu`` (N x K0, e.g. from a known Z) with the
+        K+ = 0 column posteriors given K0 new features."""
+        engine = self.engine
+        engine.keep("nu", engine.map(empty_nu_task, self.blocks))
         self.stats = self._reduce_stats()
         self.post = self.model.initial_post(self.stats, self.hyper)
+        if nu is not None:
+            engine.keep("nu", engine.from_values([np.asarray(nu[r0:r1], dtype=np.float64) for r0, r1 in self.ranges]))
+            self.stats = self._reduce_stats()
+            for _ in range(nu.shape[1]):
+                self.post = self.model.add_feature(self.post, self.hyper)
+
+    def global_arrays(self) -> dict:
+        return {name: getattr(self, name) for name in GLOBALS}
+
+    def set_globals(self, arrays: dict) -> None:
+        for name in GLOBALS:
+            setattr(self, name, arrays[name])
 
     def total_steps(self) -> int | None:
         return None
@@ -267,46 +289,52 @@ class IMFDriver:
         return self.done
 
     def step(self, step: int) -> dict:
+        engine = self.engine
         self.post = self.model.column_update(self.stats, self.hyper, self.post)
-        post = self.executor.broadcast(self.post)
-        results = [self.executor.submit(row_task, b, nu, post) for b, nu in zip(self.blocks, self.nu)]
-        self.nu = [self.executor.submit(pick, r, 0) for r in results]
-        self.stats = self.executor.gather(tree_reduce(self.executor, [self.executor.submit(pick, r, 1)
-                                                                      for r in results]))
+        nu, stats = engine.split(engine.map(row_task, self.blocks, engine.state("nu"), engine.share(self.post)), 2)
+        engine.keep("nu", nu)
+        self.stats = engine.reduce(stats)
         self._prune()
         evidence = self.model.evidence(self.stats, self.post, self.hyper)
         self.iter_in_k += 1
-        record = {"step": step + 1, "k_plus": self.k_plus, "evidence": evidence}
+        record = {"k_plus": self.k_plus, "evidence": evidence}
         if abs(evidence - self.previous) <= self.config.tol * abs(evidence) or self.iter_in_k >= self.config.max_iter:
             record["converged_k"] = self.k_plus
             self._settle(evidence)
         else:
             self.previous = evidence
-        record["seconds"] = time.perf_counter() - self._t_start
         return record
 
     def _prune(self) -> None:
         keep = imf.keep_features(self.stats["sum_nu"], self.config.prune_below)
         if keep.all():
             return
-        self.nu = [self.executor.submit(select_task, nu, keep) for nu in self.nu]
+        self.engine.keep("nu", self.engine.map(select_task, self.engine.state("nu"), keep))
         self.post = imf.select_features(self.post, keep, self.model.feature_axes)
         self.stats = self._reduce_stats()
         self.post = self.model.column_update(self.stats, self.hyper, self.post)
         self.previous = -np.inf
 
+    # -- saved search states --
+    def _save(self, name: str, evidence: float) -> None:
+        """Keep the current state as the saved state ``name`` (module docstring)."""
+        setattr(self, name, {"evidence": evidence, "post": self.post, "stats": self.stats})
+        self.engine.keep(f"{name}_nu", self.engine.state("nu"))
+
+    def _load(self, name: str) -> None:
+        """Make the saved state ``name`` current."""
+        state = getattr(self, name)
+        self.post, self.stats = state["post"], state["stats"]
+        self.engine.keep("nu", self.engine.state(f"{name}_nu"))
+
     def adopt_best(self) -> None:
         """Make the best converged state current (SPEC 3.1 keeps the K+ with the best L): what a run
-        stopped part-way reports, since a stop during growth leaves q(z) one column ahead of q(A)."""
-        if "post" in self.best:
-            self._load(self.best)
+        stopped part-way reports, since a stop during growth leaves q(z) one column ahead of q(A). A
+        finished search has made it current already."""
+        if "post" in self.best and not self.done:
+            self._load("best")
 
-    def _state(self, evidence: float) -> dict:
-        return {"evidence": evidence, "post": self.post, "nu": self.nu, "stats": self.stats}
-
-    def _load(self, state: dict) -> None:
-        self.post, self.nu, self.stats = state["post"], state["nu"], state["stats"]
-
+    # -- the K+ search --
     def _settle(self, evidence: float) -> None:
         """The alternation has converged (SPEC 3.1, choosing K+). During growth: go on with the next
         candidate, or take the best candidate as the new K+. Then keep the state if it is the best
@@ -314,102 +342,81 @@ class IMFDriver:
         grew = True
         if self.base:
             if evidence > self.leader["evidence"]:
-                self.leader = self._state(evidence)
+                self._save("leader", evidence)
             self.candidate += 1
             if self.candidate < self.directions.shape[1]:
                 self._start_candidate()
                 return
             evidence, base_k = self.leader["evidence"], self.base["post"]["m"].shape[1]
-            self._load(self.leader)
+            self._load("leader")
             grew = self.k_plus > base_k  # every candidate's new feature pruned away: growing again repeats this
-            self.base, self.leader, self.directions = {}, {"evidence": -np.inf}, None
+            self._end_growth()
         self.history.append((self.k_plus, evidence))
         if evidence > self.best["evidence"]:
-            self.best = self._state(evidence)
+            self._save("best", evidence)
             self.failures = 0
         else:
             self.failures += 1
         if not grew or self.failures >= self.config.patience or self.k_plus >= self.config.max_k:
-            self._load(self.best)
+            self._load("best")
+            self.engine.drop("best_nu")
             self.done = True
         else:
             self._grow()
 
+    def _end_growth(self) -> None:
+        self.base, self.leader, self.directions = {}, {"evidence": -np.inf}, None
+        self.engine.drop("base_nu")
+        self.engine.drop("leader_nu")
+
     def _grow(self) -> None:
         """Residual directions of the converged state from reduced Gram sums; start the first candidate."""
-        m = self.executor.broadcast(self.post["m"])
-        sums = self.executor.gather(tree_reduce(self.executor, [
-            self.executor.submit(residual_stats_task, b, nu, m) for b, nu in zip(self.blocks, self.nu)]))
+        engine = self.engine
+        m = engine.share(self.post["m"])
+        sums = engine.reduce(engine.map(residual_stats_task, self.blocks, engine.state("nu"), m))
         count = min(self.config.n_candidates, sums["gram"].shape[0])
         self.directions = imf.residual_directions(sums["gram"], sums["col_sum"], sums["n_rows"], count)
-        self.base, self.candidate = self._state(-np.inf), 0
+        self._save("base", -np.inf)
+        self.candidate = 0
         self._start_candidate()
 
     def _start_candidate(self) -> None:
         """From the base state, one more q(z) column split from the projections on the current direction."""
-        self._load(self.base)
-        m = self.executor.broadcast(self.post["m"])
+        engine = self.engine
+        self._load("base")
+        nu = engine.state("nu")
         direction = self.directions[:, self.candidate]
-        projections = [self.executor.submit(project_task, b, nu, m, direction) for b, nu in zip(self.blocks, self.nu)]
-        sign, threshold = imf.orient_and_split(np.concatenate(self.executor.gather(projections)))
-        self.nu = [self.executor.submit(extend_task, nu, p, sign, threshold) for nu, p in zip(self.nu, projections)]
+        projections = engine.hold(engine.map(project_task, self.blocks, nu, engine.share(self.post["m"]), direction))
+        sign, threshold = imf.orient_and_split(np.concatenate(engine.gather(projections)))
+        engine.keep("nu", engine.map(extend_task, nu, projections, sign, threshold))
         self.post = self.model.add_feature(self.post, self.hyper)
         self.stats = self._reduce_stats()
         self.previous, self.iter_in_k = -np.inf, 0
 
-    # -- checkpoints --
-    def save(self, run: RunStore, step: int, trace: list[dict]) -> None:
-        folder = run.new_checkpoint_dir(step)
-        arrays = {f"post_{k}": v for k, v in self.post.items()}
-        arrays.update({f"stats_{k}": v for k, v in self.stats.items()})
-        for name in SAVED_STATES:
-            state = getattr(self, name)
-            if "post" in state:
-                arrays.update({f"{name}_post_{k}": v for k, v in state["post"].items()})
-                arrays.update({f"{name}_stats_{k}": v for k, v in state["stats"].items()})
-                arrays[f"{name}_evidence"] = np.float64(state["evidence"])
-                self._write_rows(run, folder, f"{name}_nu", state["nu"])
-        if self.directions is not None:
-            arrays["directions"] = self.directions
-        self._write_rows(run, folder, "nu", self.nu)
-        arrays.update({"history": np.array(self.history, dtype=np.float64).reshape(-1, 2),
-                       "previous": np.float64(self.previous), "iter_in_k": np.int64(self.iter_in_k),
-                       "failures": np.int64(self.failures), "done": np.bool_(self.done),
-                       "candidate": np.int64(self.candidate)})
-        run.commit_checkpoint(folder, step, arrays, {"trace": trace})
-
-    def _write_rows(self, run: RunStore, folder: Path, name: str, nus: list) -> None:
-        k = self.executor.gather(self.executor.submit(np.shape, nus[0]))[1]
-        path = run.locals_array(folder, name, (self.ranges[-1][1], k), (self.config.chunk_rows, max(k, 1)))
-        self.executor.gather([self.executor.submit(write_rows_task, nu, path, name, r0)
-                              for nu, (r0, _) in zip(nus, self.ranges)])
-
-    def restore(self, arrays: dict, folder: Path) -> None:
-        def unpack(prefix: str) -> dict:
-            return {k[len(prefix):]: v for k, v in arrays.items() if k.startswith(prefix)}
-
-        path = str(folder / "locals.zarr")
-        self.post, self.stats = unpack("post_"), unpack("stats_")
-        self.nu = [self.executor.submit(read_rows_task, path, "nu", r0, r1) for r0, r1 in self.ranges]
-        for name in SAVED_STATES:
-            if f"{name}_evidence" in arrays:
-                setattr(self, name, {"evidence": float(arrays[f"{name}_evidence"]), "post": unpack(f"{name}_post_"),
-                                     "stats": unpack(f"{name}_stats_"),
-                                     "nu": [self.executor.submit(read_rows_task, path, f"{name}_nu", r0, r1)
-                                            for r0, r1 in self.ranges]})
-        self.directions, self.candidate = arrays.get("directions"), int(arrays["candidate"])
-        self.history = [(int(k), float(ev)) for k, ev in arrays["history"]]
-        self.previous, self.iter_in_k = float(arrays["previous"]), int(arrays["iter_in_k"])
-        self.failures, self.done = int(arrays["failures"]), bool(arrays["done"])
+    # -- results --
+    def expected_z(self) -> np.ndarray:
+        """E[Z] (N x K+) of the current state, rows in order."""
+        return np.concatenate(self.engine.gather(self.engine.state("nu")))
 
     def predictions(self) -> tuple[np.ndarray, np.ndarray]:
         """Predictions and truths for every target entry (row order): the validation entries of a fit given
         ``validation``, else the held-out entries of the split."""
         if not self.split and self.validation is None:
             raise UserError(f"{self.source}: no held-out entries to evaluate (ingest with --holdout)")
-        m = self.executor.broadcast(self.post["m"])
-        col = self.executor.broadcast(self.col_off)
-        parts = self.executor.gather([self.executor.submit(predict_task, self.rows, r0, r1, self.split,
-                                                           self.validation, nu, m, row_off, col)
-                                      for nu, row_off, (r0, r1) in zip(self.nu, self.row_off, self.ranges)])
+        engine = self.engine
+        targets = engine.generate(target_rows, [(self.source.part(r0, r1, engine.local), r0, r1, self.split,
+                                                 self.validation) for r0, r1 in self.ranges])
+        parts = engine.gather(engine.map(predict_task, targets, engine.state("nu"), self.row_off,
+                                         engine.share(self.post["m"]), engine.share(self.col_off)))
         return np.concatenate([p for p, _ in parts]), np.concatenate([t for _, t in parts])
+
+
+def fit_to_end(config: IMFConfig, data: str | MemoryRows | Source, engine: Engine | None = None,
+               start: np.ndarray | None = None) -> IMFDriver:
+    """IMF/INMF fitted to the end without a run folder, on ``engine`` (default: this process), from K+ = 0
+    or from the q(z) ``start`` (``IMFDriver.start``). On in-memory rows and an in-process engine this is
+    the in-memory reference of the K+ search (module docstring)."""
+    driver = IMFDriver(config, source_of(data), Engine() if engine is None else engine)
+    driver.start(start)
+    run_loop(driver, None, Position(), config.checkpoint_every, quiet=True)
+    return driver

@@ -1,6 +1,5 @@
-"""What a finished IMF/INMF run gives a user: K+, held-out error or AUC, exports and plots.
-
-Registers the ``imf`` and ``inmf`` models with the run layer (``pipeline.runs``).
+"""What an IMF/INMF run gives a user (SPEC 3.1-3.2, 4): K+, held-out error or AUC, exports and plots,
+from the best converged state of the search. Registers the ``imf`` and ``inmf`` models (``engine.runs``).
 """
 
 from __future__ import annotations
@@ -9,34 +8,35 @@ from pathlib import Path
 
 import numpy as np
 
-from buffet.kernels.metrics import auc, error_metrics
-from buffet.pipeline.reports import plots as plots
-from buffet.pipeline.reports import selection
-from buffet.pipeline.engine.blocks import resolve
-from buffet.pipeline.engine.executors import Executor, SyncExecutor
 from buffet.data.splits import EntrySample
-from buffet.pipeline.models.imf import IMFConfig, IMFDriver, INMFConfig, structural_candidates
-from buffet.pipeline.engine.runs import ModelSpec, config_from, register, trace_arrays
+from buffet.kernels.metrics import auc, error_metrics
+from buffet.pipeline.engine.dataset import Source
+from buffet.pipeline.engine.engine import Engine
+from buffet.pipeline.engine.runs import ModelSpec, register
 from buffet.pipeline.engine.runstore import RunStore
+from buffet.pipeline.models.imf import IMFConfig, IMFDriver, INMFConfig, structural_candidates
+from buffet.pipeline.reports import plots
+from buffet.pipeline.reports.outputs import Outputs
 
 
-def _restored(run: RunStore, executor: Executor) -> IMFDriver:
-    spec = MODELS_BY_NAME[run.model]
-    driver = IMFDriver(config_from(spec, run.params), run.meta["dataset"], executor)
-    arrays, _, folder = run.load_checkpoint()
-    driver.restore(arrays, folder)
+def make_driver(config: IMFConfig, source: Source, engine: Engine, validation: EntrySample | None = None) -> IMFDriver:
+    return IMFDriver(config, source, engine, validation)
+
+
+def _best(driver: IMFDriver) -> IMFDriver:
+    """The driver at the best converged state (a run stopped during growth is one column ahead)."""
     driver.adopt_best()
     return driver
 
 
-def evaluate(run: RunStore, executor: Executor) -> dict:
-    """Learned K+ and the held-out metrics of the stored split: AUC for binary data, errors otherwise."""
-    driver = _restored(run, executor)
-    out = {"model": run.model, "run": str(run.path), "status": run.status, "k_plus": driver.k_plus,
-           "evidence": float(driver.best["evidence"]), **selection.chosen(run)}
+def evaluate(driver: IMFDriver, run: RunStore) -> dict:
+    """Learned K+, its evidence and the held-out metrics of the stored split: AUC for binary data, errors
+    otherwise."""
+    driver = _best(driver)
+    out = {"k_plus": driver.k_plus, "evidence": float(driver.best["evidence"])}
     if driver.split:
         predicted, truth = driver.predictions()
-        ds = resolve(run.meta["dataset"])
+        ds = driver.source.open()
         out["heldout_entries"] = int(truth.size)
         if ds.kind == "binary":
             out["auc"] = auc(predicted, truth)
@@ -45,33 +45,28 @@ def evaluate(run: RunStore, executor: Executor) -> dict:
     return out
 
 
-def export(run: RunStore) -> dict[str, np.ndarray]:
-    """Posterior means of A (D x K+), q(pi), q(eta), E[Z] (N x K+), evidence by K+ and the trace."""
-    driver = _restored(run, SyncExecutor())
+def export(driver: IMFDriver, run: RunStore) -> dict[str, np.ndarray]:
+    """Posterior means of A (K+ x D), its covariances, q(pi), E[eta_X], E[Z] (N x K+) and the evidence by K+."""
+    driver = _best(driver)
     post = driver.post
-    _, state, _ = run.load_checkpoint()
     return {"A_mean": post["m"].T, "A_cov": post["V"], "pi_t1": post["t1"], "pi_t2": post["t2"],
-            "Z_mean": np.concatenate(driver.nu), "evidence_by_k": np.array(driver.history).reshape(-1, 2),
-            "eta_x_mean": np.float64(post["ax"] / post["bx"]), **trace_arrays(state["trace"])}
+            "Z_mean": driver.expected_z(), "evidence_by_k": np.array(driver.history).reshape(-1, 2),
+            "eta_x_mean": np.float64(post["ax"] / post["bx"])}
 
 
-def report(run: RunStore, out_dir: Path) -> list[Path]:
+def figures(driver: IMFDriver, run: RunStore, trace: list[dict], out_dir: Path) -> list[Path]:
     """Evidence against K+, the learned bases (as images when D is a square), feature usage."""
-    arrays = export(run)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    files = [plots.evidence_by_k(arrays["evidence_by_k"], out_dir / "evidence_by_k.png"),
-             plots.bases(arrays["A_mean"], out_dir / "bases.png"),
-             plots.feature_usage(arrays["Z_mean"].mean(axis=0), out_dir / "feature_usage.png")]
-    k_plus = arrays["A_mean"].shape[0]
-    lines = [f"# {run.model.upper()} run `{run.path}`", "", f"- status: {run.status}",
-             f"- learned K+: {k_plus}", "", "| K+ | evidence |", "| --- | --- |",
-             *[f"| {int(k)} | {ev:.4f} |" for k, ev in arrays["evidence_by_k"]], *selection.summary_lines(run)]
-    (out_dir / "summary.md").write_text("\n".join(lines) + "\n")
-    return files + [out_dir / "summary.md"]
+    driver = _best(driver)
+    return [plots.evidence_by_k(np.array(driver.history).reshape(-1, 2), out_dir / "evidence_by_k.png"),
+            plots.bases(driver.post["m"].T, out_dir / "bases.png"),
+            plots.feature_usage(driver.expected_z().mean(axis=0), out_dir / "feature_usage.png")]
 
 
-def make_driver(config: IMFConfig, store: str, executor: Executor, validation: EntrySample | None = None) -> IMFDriver:
-    return IMFDriver(config, store, executor, validation)
+def summary(driver: IMFDriver, run: RunStore, trace: list[dict]) -> list[str]:
+    """The learned K+ and the evidence of every K+ the search reached."""
+    driver = _best(driver)
+    return [f"- learned K+: {driver.k_plus}", "", "| K+ | evidence |", "| --- | --- |",
+            *[f"| {int(k)} | {ev:.4f} |" for k, ev in driver.history]]
 
 
 SUMMARIES = {
@@ -80,9 +75,8 @@ SUMMARIES = {
     "inmf": "infinite nonnegative MF: IMF with nonnegative features by Power-EP, for real or binary matrices "
             "such as ratings or user-permission tables",
 }
-MODELS_BY_NAME = {name: ModelSpec(config_cls=cls, make_driver=make_driver, evaluate=evaluate, export=export,
-                                  report=report, summary=SUMMARIES[name],
-                                  candidates=structural_candidates)
-                  for name, cls in (("imf", IMFConfig), ("inmf", INMFConfig))}
-for _name, _spec in MODELS_BY_NAME.items():
-    register(_name, _spec)
+for _name, _title, _cls in (("imf", "IMF", IMFConfig), ("inmf", "INMF", INMFConfig)):
+    register(_name, ModelSpec(config_cls=_cls, make_driver=make_driver, summary=SUMMARIES[_name],
+                              outputs=Outputs(_title, evaluate=evaluate, export=export, figures=figures,
+                                              summary=summary, states=("nu", "best_nu")),
+                              candidates=structural_candidates))
