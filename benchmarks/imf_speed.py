@@ -1,8 +1,8 @@
 """IMF and INMF on the 4-image data, N = 100: wall time and base error per seed (issue 3).
 
 Each seed's data (``kernels.ibp_images.make_images``, noise variance 0.5) is written to a
-dataset store and fitted by the engine's driver in this process (``SyncExecutor``), the same
-code path as ``buffet fit imf``. Timed: the fit only (driver set-up included, store writing
+dataset store and fitted by the engine's driver on an in-process engine (``models.imf.fit_to_end``),
+the same code path as ``buffet fit imf``. Timed: the fit only (driver set-up included, store writing
 excluded). Base error (SPEC 4): mean over the true bases of the mean squared difference to the
 closest posterior-mean base.
 
@@ -32,9 +32,7 @@ from scipy.special import log_ndtr, ndtri_exp
 
 from buffet.data.arrays import from_array
 from buffet.kernels.ibp_images import base_error, make_images
-from buffet.pipeline.engine.executors import SyncExecutor
-from buffet.pipeline.engine.fitloop import run_loop
-from buffet.pipeline.models.imf import IMFConfig, IMFDriver, INMFConfig
+from buffet.pipeline.models.imf import IMFConfig, INMFConfig, fit_to_end
 
 TARGET_ERROR = 0.0075
 TRUNC_BURN_IN = 200
@@ -77,9 +75,7 @@ def fit_seed(config_cls: type, seed: int, folder: Path, max_k: int, noise_var: f
     X, Z, A = make_images(n_rows=100, noise_var=noise_var, variant="four", seed=seed)
     store = from_array(X, folder / f"{config_cls.__name__}-{seed}.zarr", "real", rows_per_chunk=100)
     start = time.perf_counter()
-    driver = IMFDriver(config_cls(max_k=max_k, chunk_rows=100), str(store.path), SyncExecutor())
-    driver.start()
-    run_loop(driver, None, [], quiet=True)
+    driver = fit_to_end(config_cls(max_k=max_k, chunk_rows=100), str(store.path))
     seconds = time.perf_counter() - start
     error = base_error(A, driver.post["m"].T) if driver.k_plus else float("inf")
     return {"model": config_cls.__name__.replace("Config", "").lower(), "seed": seed, "seconds": seconds,

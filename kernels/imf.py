@@ -30,13 +30,13 @@ chunk, ``orient_and_split`` on the gathered p (one float per row), ``new_feature
 ``keep_features`` / ``select_features`` prune features whose reduced sum_i nu_ik is too small.
 Row and column offsets (an extension of the paper's model, ``remove_offsets``) are fitted the same
 way: ``row_offsets`` per chunk, ``column_offset_stats`` reduced, ``column_offsets`` on the client.
-``fit_in_memory`` is the reference driver on the whole matrix as one chunk.
+The K+ search that composes them is the engine's driver (``pipeline.models.imf``), the same in
+process and on a cluster.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
-from operator import attrgetter
+from dataclasses import dataclass, field
 from typing import Callable
 
 import numpy as np
@@ -450,7 +450,7 @@ def remove_offsets(x: np.ndarray, mask: np.ndarray | None, row_off: np.ndarray,
     return centred if mask is None else np.where(mask, centred, 0.0)
 
 
-# ----------------------------------------------------------------------------- in-memory driver
+# ----------------------------------------------------------------------------- model pieces
 
 
 def initial_post(stats: Stats, hyper: Hyper) -> Post:
@@ -482,78 +482,3 @@ class Model:
 
 
 IMF = Model()
-
-
-@dataclass
-class Fit:
-    """Result of ``fit_in_memory``: the best state and the evidence after each growth attempt."""
-
-    nu: np.ndarray
-    post: Post
-    evidence: float
-    history: list[tuple[int, float]]
-
-
-def candidate_columns(x: np.ndarray, mask: np.ndarray | None, nu: np.ndarray, post: Post,
-                      count: int) -> list[np.ndarray]:
-    """nu with one more column, initialised from each of the ``count`` leading residual directions."""
-    r = residual(x, mask, nu, post["m"])
-    out = []
-    for v in residual_directions(r.T @ r, r.sum(axis=0), r.shape[0], count).T:
-        p = r @ v
-        sign, threshold = orient_and_split(p)
-        out.append(np.column_stack([nu, new_feature_column(p, sign, threshold)]))
-    return out
-
-
-def converge(x: np.ndarray, mask: np.ndarray | None, nu: np.ndarray, post: Post, hyper: Hyper,
-             model: Model, tol: float, max_iter: int, prune_below: float) -> Fit:
-    """Alternate ``column_update`` and ``row_step`` on one chunk (the whole matrix) until the relative
-    change of L is below ``tol``, pruning features with sum_i nu_ik < ``prune_below`` (SPEC 3.1)."""
-    stats = chunk_stats(x, mask, nu)
-    current, previous = -np.inf, -np.inf
-    for _ in range(max_iter):
-        post = model.column_update(stats, hyper, post)
-        nu, stats = row_step(x, mask, nu, post)
-        keep = keep_features(stats["sum_nu"], prune_below)
-        if not keep.all():
-            nu, post = nu[:, keep], select_features(post, keep, model.feature_axes)
-            stats, previous = chunk_stats(x, mask, nu), -np.inf
-            post = model.column_update(stats, hyper, post)
-        current = model.evidence(stats, post, hyper)
-        if abs(current - previous) <= tol * abs(current):
-            break
-        previous = current
-    return Fit(nu, post, current, [])
-
-
-def fit_in_memory(x: np.ndarray, mask: np.ndarray | None = None, k_max: int = 10, hyper: Hyper = Hyper(),
-                  model: Model = IMF, start: np.ndarray | None = None, n_candidates: int = 3,
-                  tol: float = 1e-7, max_iter: int = 1000, patience: int = 1, prune_below: float = 0.5) -> Fit:
-    """Reference driver (SPEC 3.1 "Choosing K+", paper Algorithm 1) on the whole matrix as one chunk.
-
-    Converge from ``start`` (an (N, K0) nu; default K+ = 0, the no-feature model); then repeatedly add
-    one feature, trying each of ``n_candidates`` residual-initialised columns (``candidate_columns``),
-    converge each and continue from the one with the best L; stop when L has failed to beat the best
-    so far ``patience`` times in a row, when a step ends with no more features than it started with
-    (all pruned) or when K+ reaches ``k_max``. Returns the state with the best L; ``history`` holds
-    (K+, L) after the start and after every growth step.
-    """
-    nu = np.zeros((x.shape[0], 0)) if start is None else start
-    post = model.initial_post(chunk_stats(x, mask, nu[:, :0]), hyper)
-    for _ in range(nu.shape[1]):
-        post = model.add_feature(post, hyper)
-    best = converge(x, mask, nu, post, hyper, model, tol, max_iter, prune_below)
-    nu, post, history, failures = best.nu, best.post, [(best.nu.shape[1], best.evidence)], 0
-    while nu.shape[1] < k_max and failures < patience:
-        grown = model.add_feature(post, hyper)
-        step = max((converge(x, mask, begin, grown, hyper, model, tol, max_iter, prune_below)
-                    for begin in candidate_columns(x, mask, nu, post, n_candidates)),
-                   key=attrgetter("evidence"))
-        history.append((step.nu.shape[1], step.evidence))
-        failures = 0 if step.evidence > best.evidence else failures + 1
-        best = step if step.evidence > best.evidence else best
-        if step.nu.shape[1] <= nu.shape[1]:
-            break  # the new feature was pruned away: growing again would repeat this step
-        nu, post = step.nu, step.post
-    return replace(best, history=history)

@@ -21,7 +21,6 @@ term stays in the evidence.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
 from scipy.special import erfcx, log_ndtr
@@ -179,9 +178,3 @@ FEATURE_AXES: dict[str, tuple[int, ...]] = {**imf.FEATURE_AXES, "tau": (1,), "rh
 
 INMF = imf.Model(column_update=column_update, evidence=evidence, initial_post=initial_post,
                  add_feature=add_feature, feature_axes=FEATURE_AXES)
-
-
-def fit_in_memory(x: np.ndarray, mask: np.ndarray | None = None, k_max: int = 10,
-                  hyper: InmfHyper = InmfHyper(), **options: Any) -> imf.Fit:
-    """``imf.fit_in_memory`` with the INMF model (SPEC 3.2); ``options`` are that driver's."""
-    return imf.fit_in_memory(x, mask, k_max, hyper, model=INMF, **options)

@@ -1,4 +1,5 @@
-"""IMF/INMF through the engine (issue 3: driver, determinism, resume, CLI)."""
+"""IMF/INMF through the engine (issue 3: driver, determinism, resume, CLI; issue #11: the search's states
+as named block states, the in-memory reference being the same driver in process)."""
 
 import json
 import subprocess
@@ -9,11 +10,14 @@ import pytest
 
 from buffet.data.arrays import from_array
 from buffet.data.splits import add_split, holdout_entries
-from buffet.kernels import imf, inmf
 from buffet.kernels.ibp_images import make_images
-from buffet.pipeline.engine.executors import DaskExecutor, SyncExecutor
-from buffet.pipeline.models.imf import IMFConfig, INMFConfig
+from buffet.pipeline.engine.dataset import source_of
+from buffet.pipeline.engine.engine import Engine
 from buffet.pipeline.engine.runs import fit_run, resume_run
+from buffet.pipeline.engine.runstore import RunStore
+from buffet.pipeline.models.imf import IMFConfig, INMFConfig
+from buffet.pipeline.reports.outputs import evaluate_run, export_run
+from imf_reference import reference_fit
 
 
 @pytest.fixture(scope="module")
@@ -36,47 +40,56 @@ def plain_store(tmp_path_factory, images):
 
 
 def _result(run):
-    arrays, state, _ = run.load_checkpoint()
-    return arrays, [r["evidence"] for r in state["trace"]]
+    """A run's export (the best state of the search) and the evidence of every step."""
+    arrays = export_run(RunStore(run.path), Engine())
+    return arrays, arrays["trace_evidence"]
+
+
+def _states(run) -> set[str]:
+    """The named block states the run's newest checkpoint holds."""
+    return set(RunStore(run.path).load_checkpoint_v2().blocks)
 
 
 @pytest.mark.parametrize("candidates", [1, 3])
-@pytest.mark.parametrize("name, config_cls, model", [("imf", IMFConfig, imf.IMF), ("inmf", INMFConfig, inmf.INMF)])
-def test_distributed_driver_equals_the_in_memory_reference(tmp_path, images, plain_store, name, config_cls, model,
-                                                           candidates):
+@pytest.mark.parametrize("name, config_cls", [("imf", IMFConfig), ("inmf", INMFConfig)])
+def test_store_driver_in_row_blocks_equals_the_in_memory_reference(tmp_path, images, plain_store, name, config_cls,
+                                                                   candidates):
+    """The driver on a store in blocks of 17 rows against the same driver on the array as one block."""
     x = images[0]
-    config = config_cls(max_k=6, chunk_rows=17, tol=1e-7, max_iter=400, alpha=1.0, n_candidates=candidates)
-    run = fit_run(name, plain_store, tmp_path / "run", config, SyncExecutor(), quiet=True)
+    settings = dict(max_k=6, tol=1e-7, max_iter=400, alpha=1.0, n_candidates=candidates)
+    run = fit_run(name, source_of(plain_store), tmp_path / "run", config_cls(chunk_rows=17, **settings), Engine(),
+                  quiet=True)
     arrays, _ = _result(run)
-    fit_in_memory = imf.fit_in_memory if model is imf.IMF else inmf.fit_in_memory
-    fit = fit_in_memory(x, np.ones(x.shape, bool), k_max=6, hyper=config.hyper(), n_candidates=candidates, tol=1e-7,
-                        max_iter=400, prune_below=0.5)
-    assert arrays["best_post_m"].shape[1] == fit.post["m"].shape[1]
-    np.testing.assert_allclose(arrays["best_post_m"], fit.post["m"], atol=1e-8)
-    np.testing.assert_allclose(arrays["history"], np.array(fit.history), rtol=1e-9)
+    reference = reference_fit(x, config_cls=config_cls, **settings)
+    assert arrays["A_mean"].shape[0] == reference.k_plus
+    np.testing.assert_allclose(arrays["A_mean"], reference.post["m"].T, atol=1e-8)
+    np.testing.assert_allclose(arrays["evidence_by_k"], np.array(reference.history), rtol=1e-9)
+    assert _states(run) == {"nu"}  # the saved search states are dropped once the search is done
 
 
 def test_same_evidence_and_posteriors_on_1_and_2_workers_and_other_chunkings(tmp_path, image_store, clients):
     results = []
     for i, (workers, chunk_rows) in enumerate([(1, 16), (2, 16), (2, 25)]):
         config = IMFConfig(max_k=6, chunk_rows=chunk_rows, seed=5)
-        run = fit_run("imf", image_store, tmp_path / f"r{i}", config, DaskExecutor(clients[workers]), quiet=True)
+        run = fit_run("imf", source_of(image_store), tmp_path / f"r{i}", config, Engine(clients[workers]), quiet=True)
         results.append(_result(run))
     (ref_arrays, ref_trace), others = results[0], results[1:]
     for arrays, trace in others:
         assert len(trace) == len(ref_trace)
         np.testing.assert_allclose(trace, ref_trace, rtol=1e-10)
-        np.testing.assert_allclose(arrays["post_m"], ref_arrays["post_m"], atol=1e-8)
+        np.testing.assert_allclose(arrays["A_mean"], ref_arrays["A_mean"], atol=1e-8)
 
 
 def test_resumed_imf_run_ends_like_an_uninterrupted_run(tmp_path, image_store):
     config = IMFConfig(max_k=5, chunk_rows=20, checkpoint_every=7)
-    whole = fit_run("imf", image_store, tmp_path / "whole", config, SyncExecutor(), quiet=True)
-    part = fit_run("imf", image_store, tmp_path / "part", config, SyncExecutor(), stop_after=30, quiet=True)
-    resumed = resume_run(str(part.path), SyncExecutor(), quiet=True)
+    whole = fit_run("imf", source_of(image_store), tmp_path / "whole", config, Engine(), quiet=True)
+    part = fit_run("imf", source_of(image_store), tmp_path / "part", config, Engine(), stop_after=30, quiet=True)
+    resumed = resume_run(str(part.path), Engine(), quiet=True)
     (a, trace_a), (b, trace_b) = _result(whole), _result(resumed)
     np.testing.assert_allclose(trace_b, trace_a, rtol=1e-12)
-    np.testing.assert_allclose(b["post_m"], a["post_m"], atol=1e-12)
+    np.testing.assert_array_equal(b["trace_step"], np.arange(1, len(trace_a) + 1))
+    for key in ("A_mean", "Z_mean", "evidence_by_k"):
+        np.testing.assert_allclose(b[key], a[key], atol=1e-12)
 
 
 def test_cli_fit_evaluate_report(tmp_path, image_store):
@@ -100,16 +113,15 @@ def test_cli_fit_evaluate_report(tmp_path, image_store):
 
 def test_a_run_stopped_as_growth_starts_evaluates_its_best_state(tmp_path, image_store):
     """Stopping at a converging step leaves q(z) with the next candidate's extra column; outputs use
-    the best converged state instead."""
-    from buffet.pipeline.reports import imf as imf_outputs
-    from buffet.pipeline.engine.runstore import RunStore
-
+    the best converged state (the named state "best_nu") instead."""
     config = IMFConfig(max_k=4, chunk_rows=20)
-    whole = fit_run("imf", image_store, tmp_path / "whole", config, SyncExecutor(), quiet=True)
-    trace = whole.load_checkpoint()[1]["trace"]
-    stop = [r["step"] for r in trace if "converged_k" in r][2]  # a growth candidate converges here
-    part = fit_run("imf", image_store, tmp_path / "part", config, SyncExecutor(), stop_after=stop, quiet=True)
-    result = imf_outputs.evaluate(RunStore(part.path), SyncExecutor())
-    assert np.isfinite(result["rmse"]) and result["evidence"] == max(ev for _, ev in part.load_checkpoint()[0]["history"])
-    arrays = imf_outputs.export(RunStore(part.path))
+    whole = fit_run("imf", source_of(image_store), tmp_path / "whole", config, Engine(), quiet=True)
+    trace = _result(whole)[0]
+    converged = trace["trace_step"][~np.isnan(trace["trace_converged_k"])]
+    stop = int(converged[2])  # a growth candidate converges here
+    part = fit_run("imf", source_of(image_store), tmp_path / "part", config, Engine(), stop_after=stop, quiet=True)
+    assert {"nu", "best_nu", "base_nu"} <= _states(part)
+    result = evaluate_run(RunStore(part.path), Engine())
+    arrays = export_run(RunStore(part.path), Engine())
+    assert np.isfinite(result["rmse"]) and result["evidence"] == arrays["evidence_by_k"][:, 1].max()
     assert arrays["Z_mean"].shape[1] == arrays["A_mean"].shape[0] == result["k_plus"]

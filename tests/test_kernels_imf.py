@@ -1,4 +1,5 @@
-"""Tests of the IMF kernels (SPEC 3.1) and the IBP image data (SPEC 4)."""
+"""Tests of the IMF kernels (SPEC 3.1), the K+ search they make up (the engine's driver as the in-memory
+reference, ``imf_reference``) and the IBP image data (SPEC 4)."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ from scipy import stats as st
 from scipy.special import digamma, expit
 
 from buffet.kernels import ibp_images, imf
+from imf_reference import reference_fit
 
 
 def small_problem(seed: int, masked: bool, n: int = 12, d: int = 5,
@@ -167,9 +169,11 @@ def test_residual_initialisation_finds_a_planted_feature() -> None:
     z = (rng.random(40) < 0.4).astype(np.float64)
     a = rng.normal(size=8)
     x = np.outer(z, a) + 0.1 * rng.normal(size=(40, 8))
-    post = imf.initial_post(imf.chunk_stats(x, None, np.zeros((40, 0))), imf.Hyper())
-    first = imf.candidate_columns(x, None, np.zeros((40, 0)), post, 1)[0]
-    np.testing.assert_array_equal(first[:, 0] > 0.5, z > 0.5)
+    r = imf.residual(x, None, np.zeros((40, 0)), np.zeros((8, 0)))
+    [direction] = imf.residual_directions(r.T @ r, r.sum(axis=0), r.shape[0], 1).T
+    p = r @ direction
+    first = imf.new_feature_column(p, *imf.orient_and_split(p))
+    np.testing.assert_array_equal(first > 0.5, z > 0.5)
 
 
 def test_pruning_keeps_the_selected_features() -> None:
@@ -184,8 +188,8 @@ def test_pruning_keeps_the_selected_features() -> None:
 
 def test_fit_prefers_no_features_on_pure_noise() -> None:
     x = np.random.default_rng(0).normal(size=(30, 6))
-    fit = imf.fit_in_memory(x, k_max=3, patience=2)
-    assert fit.nu.shape[1] == 0
+    fit = reference_fit(x, max_k=3, patience=2)
+    assert fit.k_plus == 0
     assert fit.history[0][0] == 0 and len(fit.history) >= 2
 
 
@@ -194,12 +198,12 @@ def test_fit_with_missing_entries_predicts_them() -> None:
     noiseless held-out values far better than column means do."""
     x, z, a = ibp_images.make_images(n_rows=50, noise_var=0.25, variant="four", seed=0)
     mask = np.random.default_rng(0).random(x.shape) < 0.8
-    fit = imf.fit_in_memory(np.where(mask, x, np.nan), mask, k_max=8)
+    fit = reference_fit(np.where(mask, x, np.nan), mask, max_k=8)
     truth = (z @ a)[~mask]
-    error = np.sqrt(np.mean(((fit.nu @ fit.post["m"].T)[~mask] - truth) ** 2))
+    error = np.sqrt(np.mean(((fit.expected_z() @ fit.post["m"].T)[~mask] - truth) ** 2))
     baseline = np.sqrt(np.mean((np.broadcast_to(np.nanmean(np.where(mask, x, np.nan), axis=0), x.shape)[~mask]
                                 - truth) ** 2))
-    assert fit.nu.shape[1] == 4
+    assert fit.k_plus == 4
     assert error < 0.5 * baseline
 
 
@@ -212,11 +216,11 @@ PEAK_SEEDS = (0, 2, 4)
 @pytest.mark.parametrize("seed", PEAK_SEEDS)
 def test_evidence_peaks_at_four_on_ibp_images(seed: int) -> None:
     x, _, _ = ibp_images.make_images(n_rows=50, noise_var=0.5, variant="four", seed=seed)
-    fit = imf.fit_in_memory(x, k_max=8, patience=8)
+    fit = reference_fit(x, max_k=8, patience=8)
     curve: dict[int, float] = {}
     for k_plus, value in fit.history:
         curve[k_plus] = max(curve.get(k_plus, -np.inf), value)
-    assert fit.nu.shape[1] == 4
+    assert fit.k_plus == 4
     assert set(range(1, 6)) <= set(curve)
     assert max(curve, key=curve.get) == 4
 

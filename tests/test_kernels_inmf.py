@@ -10,6 +10,8 @@ from scipy import integrate
 from scipy.stats import multivariate_normal, norm, truncnorm
 
 from buffet.kernels import ibp_images, imf, inmf
+from buffet.pipeline.models.imf import INMFConfig
+from imf_reference import reference_fit
 
 
 def mills_ratio_reference(t: float, terms: int = 400) -> tuple[float, float]:
@@ -184,8 +186,8 @@ BASE_SEEDS = (5, 6, 10)
 @pytest.mark.parametrize("seed", BASE_SEEDS)
 def test_inmf_bases_are_nonnegative_and_close_to_the_truth(seed: int) -> None:
     x, _, a = ibp_images.make_images(n_rows=50, noise_var=0.5, variant="four", seed=seed)
-    start = imf.fit_in_memory(x, k_max=8)
-    fit = inmf.fit_in_memory(x, start=start.nu, k_max=start.nu.shape[1])
+    start = reference_fit(x, max_k=8)
+    fit = reference_fit(x, config_cls=INMFConfig, start=start.expected_z(), max_k=start.k_plus)
     bases = fit.post["m"].T
     assert bases.shape == (4, 36)
     assert (bases >= 0).all()

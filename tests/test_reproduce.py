@@ -14,6 +14,7 @@ from buffet.pipeline.cli import main
 from buffet.pipeline.models.imf import OFFSET_SWEEPS, IMFConfig
 from buffet.kernels.metrics import auc
 from buffet.pipeline.experiments.common import fit_engine, write_store
+from imf_reference import reference_fit
 
 EXPECTED_FILES = {
     "ibp-evidence": ("ibp_evidence.md", "ibp_evidence.csv", "ibp_evidence.png"),
@@ -102,10 +103,9 @@ def test_imf_offsets_in_the_driver_equal_offsets_then_the_in_memory_reference(tm
 
     row, col = baselines.fit_biases(x, ~heldout, 1.0, n_iter=OFFSET_SWEEPS)
     centred = imf.remove_offsets(x, ~heldout, row, col)
-    reference = imf.fit_in_memory(centred, ~heldout, k_max=6, hyper=config.hyper(), n_candidates=1, tol=1e-7,
-                                  max_iter=400, prune_below=0.5)
-    expected = (reference.nu @ reference.post["m"].T + row[:, None] + col[None, :])[heldout]
-    assert fit.k_plus == reference.nu.shape[1]
+    reference = reference_fit(centred, ~heldout, max_k=6, n_candidates=1, tol=1e-7, max_iter=400)
+    expected = (reference.expected_z() @ reference.post["m"].T + row[:, None] + col[None, :])[heldout]
+    assert fit.k_plus == reference.k_plus
     np.testing.assert_allclose(fit.predictions, expected, atol=1e-8)
     np.testing.assert_allclose(fit.truths, x[heldout])
     without = fit_engine(replace(config, offset_reg=None), str(tmp_path / "x.zarr"))

@@ -13,11 +13,13 @@ import zarr
 
 from buffet.data.arrays import from_array
 from buffet.data.splits import EntrySample, add_split, holdout_entries
-from buffet.pipeline.engine.executors import SyncExecutor
-from buffet.pipeline.engine.runs import fit_run, resume_run, spec_for
+from buffet.pipeline.engine.dataset import source_of
+from buffet.pipeline.engine.engine import Engine
+from buffet.pipeline.engine.runs import fit_run, resume_run
 from buffet.pipeline.engine.runstore import RunStore
 from buffet.pipeline.engine.selection import one_standard_error_choice
 from buffet.pipeline.models.imf import IMFConfig
+from buffet.pipeline.reports.outputs import evaluate_run, export_run
 
 
 def planted_binary(seed: int = 0, n: int = 60, d: int = 24) -> np.ndarray:
@@ -31,11 +33,11 @@ def planted_binary(seed: int = 0, n: int = 60, d: int = 24) -> np.ndarray:
     return (rng.random((n, d)) < p).astype(np.float64)
 
 
-def write(x: np.ndarray, path: Path, heldout: np.ndarray | None) -> str:
+def write(x: np.ndarray, path: Path, heldout: np.ndarray | None):
     ds = from_array(x, path, "binary", rows_per_chunk=16)
     if heldout is not None:
         add_split(ds, "heldout", {"test_mask": heldout}, {"kind": "entries"})
-    return str(path)
+    return source_of(path)
 
 
 CONFIG = IMFConfig(max_k=4, chunk_rows=16, n_candidates=1, tol=1e-5)
@@ -65,7 +67,7 @@ def test_the_choice_is_recorded_and_never_reads_the_held_out_entries(tmp_path):
     x = planted_binary()
     heldout = holdout_entries(np.ones(x.shape, bool), 0.2, 0)
     flipped = np.where(heldout, 1.0 - x, x)   # the same training entries, every held-out value changed
-    runs = [fit_run("imf", write(data, tmp_path / f"{name}.zarr", heldout), tmp_path / name, CONFIG, SyncExecutor(),
+    runs = [fit_run("imf", write(data, tmp_path / f"{name}.zarr", heldout), tmp_path / name, CONFIG, Engine(),
                     quiet=True) for name, data in (("real", x), ("flipped", flipped))]
     records = [run.selection for run in runs]
     assert records[0] == records[1]
@@ -78,7 +80,7 @@ def test_the_choice_is_recorded_and_never_reads_the_held_out_entries(tmp_path):
     assert runs[0].params["offset_reg"] == chosen["settings"]["offset_reg"]
     # ~20% of the 80% training entries in each fold, never a held-out one
     assert abs(records[0]["entries"] - 3 * 0.2 * 0.8 * x.size) < 0.1 * records[0]["entries"]
-    results = [spec_for("imf").evaluate(run, SyncExecutor()) for run in runs]
+    results = [evaluate_run(run, Engine()) for run in runs]
     assert results[0]["selected"] == records[0]["chosen"]
     assert results[0]["auc"] > 0.8 and results[1]["auc"] < 0.2  # the held-out values do matter to evaluation
 
@@ -87,8 +89,8 @@ def test_select_none_and_stores_without_held_out_entries_fit_the_given_settings(
     x = planted_binary(1)
     heldout = holdout_entries(np.ones(x.shape, bool), 0.2, 1)
     none = fit_run("imf", write(x, tmp_path / "a.zarr", heldout), tmp_path / "a", CONFIG.__class__(
-        **{**CONFIG.__dict__, "select": "none"}), SyncExecutor(), quiet=True)
-    plain = fit_run("imf", write(x, tmp_path / "b.zarr", None), tmp_path / "b", CONFIG, SyncExecutor(), quiet=True)
+        **{**CONFIG.__dict__, "select": "none"}), Engine(), quiet=True)
+    plain = fit_run("imf", write(x, tmp_path / "b.zarr", None), tmp_path / "b", CONFIG, Engine(), quiet=True)
     for run in (none, plain):
         assert run.selection is None and run.params["max_k"] == 4 and run.params["offset_reg"] is None
 
@@ -96,11 +98,11 @@ def test_select_none_and_stores_without_held_out_entries_fit_the_given_settings(
 def test_a_run_stopped_after_its_choice_resumes_without_choosing_again(tmp_path):
     x = planted_binary(2)
     store = write(x, tmp_path / "s.zarr", holdout_entries(np.ones(x.shape, bool), 0.2, 2))
-    whole = fit_run("imf", store, tmp_path / "whole", CONFIG, SyncExecutor(), quiet=True)
-    part = fit_run("imf", store, tmp_path / "part", CONFIG, SyncExecutor(), stop_after=2, quiet=True)
+    whole = fit_run("imf", store, tmp_path / "whole", CONFIG, Engine(), quiet=True)
+    part = fit_run("imf", store, tmp_path / "part", CONFIG, Engine(), stop_after=2, quiet=True)
     assert part.status == "interrupted" and part.selection == whole.selection
-    resume_run(str(tmp_path / "part"), SyncExecutor(), quiet=True)
-    a, b = (spec_for("imf").export(RunStore(tmp_path / name)) for name in ("whole", "part"))
+    resume_run(str(tmp_path / "part"), Engine(), quiet=True)
+    a, b = (export_run(RunStore(tmp_path / name), Engine()) for name in ("whole", "part"))
     np.testing.assert_allclose(a["A_mean"], b["A_mean"], rtol=0, atol=1e-12)  # same process, same order
 
 

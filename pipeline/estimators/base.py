@@ -29,8 +29,10 @@ from buffet.data.arrays import from_array
 from buffet.data.errors import InputError, StoreError, UserError
 from buffet.kernels.bmf import RowStreams
 from buffet.pipeline.engine.blocks import MemoryRows
+from buffet.pipeline.engine.dataset import Source, source_of
+from buffet.pipeline.engine.engine import Engine
 from buffet.pipeline.engine.executors import DaskExecutor, Executor, SyncExecutor
-from buffet.pipeline.engine.fitloop import Driver, run_loop
+from buffet.pipeline.engine.loop import Driver, Position, run_loop
 from buffet.pipeline.engine.runs import settle_config, spec_for
 from buffet.pipeline.engine.runstore import RunStore
 from buffet.pipeline.engine.seeds import stream
@@ -135,7 +137,7 @@ def _unpack(arrays: dict[str, np.ndarray], values: dict[str, Any]) -> dict[str, 
 class Estimator:
     """Base of the estimators (module docstring). A subclass names its config class and its model
     (as ``buffet fit`` knows it), the kind of data it reads (``inputs.COUNTS`` or ``inputs.DENSE``),
-    and implements ``_fit(config, source, executor, run)``, which sets ``trace_`` (the engine's steps;
+    and implements ``_fit(config, source, engine, run)``, which sets ``trace_`` (the engine's steps;
     ``n_iter_`` is their number)."""
 
     config_cls: ClassVar[type]
@@ -190,12 +192,12 @@ class Estimator:
         config = self._config()
         data = training_data(X, mask, self.input_kind)
         self._forget()
-        source, run = self._run_source(data, config, run_dir)
-        executor = executor_for(client)
-        config, self.selection_ = settle_config(spec_for(self.model_name), config, source, executor)
+        data_source, run = self._run_source(data, config, run_dir)
+        source, engine = source_of(data_source), Engine(client)
+        config, self.selection_ = settle_config(spec_for(self.model_name), config, source, engine)
         if run is not None and self.selection_ is not None:
             run.record_selection(self.selection_, asdict(config))
-        self._fit(config, source, executor, run)
+        self._fit(config, source, engine, run)
         self.n_iter_ = len(self.trace_)
         self.n_features_in_ = data.shape[1]
         return self
@@ -205,7 +207,7 @@ class Estimator:
         self.fit(X, mask=mask, client=client, run_dir=run_dir)
         return self.transform(X) if mask is None else self.transform(X, mask=mask)
 
-    def _fit(self, config: Any, source: str | MemoryRows, executor: Executor, run: RunStore | None) -> None:
+    def _fit(self, config: Any, source: Source, engine: Engine, run: RunStore | None) -> None:
         raise NotImplementedError
 
     def _forget(self) -> None:
@@ -226,12 +228,10 @@ class Estimator:
         return store, run
 
     @staticmethod
-    def _run(driver: Driver, config: Any, run: RunStore | None, start_step: int = 0,
-             trace: list[dict] | None = None) -> list[dict]:
-        """Step ``driver`` to the end with the engine's loop (SPEC 2); the trace of the steps."""
-        trace = [] if trace is None else trace
-        run_loop(driver, run, trace, start_step, config.checkpoint_every, quiet=True)
-        return trace
+    def _run(driver: Driver, config: Any, run: RunStore | None, position: Position | None = None) -> list[dict]:
+        """Step ``driver`` to the end with the engine's loop (SPEC 2), from ``position`` (default: the
+        start); the trace of the steps."""
+        return run_loop(driver, run, position or Position(), config.checkpoint_every, quiet=True).trace
 
     # ----- fitted state -----
     def _check_fitted(self) -> None:

@@ -13,7 +13,8 @@ from typing import Any
 import numpy as np
 
 from buffet.kernels import imf
-from buffet.pipeline.engine.executors import Executor
+from buffet.pipeline.engine.dataset import Source
+from buffet.pipeline.engine.engine import Engine
 from buffet.pipeline.engine.runstore import RunStore
 from buffet.pipeline.estimators.base import Estimator
 from buffet.pipeline.estimators.inputs import DENSE, dense_rows
@@ -37,8 +38,8 @@ class IMF(Estimator):
     model_name = "imf"
     input_kind = DENSE
 
-    def _fit(self, config: Any, source, executor: Executor, run: RunStore | None) -> None:
-        driver = IMFDriver(config, source, executor)
+    def _fit(self, config: Any, source: Source, engine: Engine, run: RunStore | None) -> None:
+        driver = IMFDriver(config, source, engine)
         driver.start()
         self.trace_ = self._run(driver, config, run)
         driver.adopt_best()

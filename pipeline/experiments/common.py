@@ -3,7 +3,8 @@ engine's driver, validation choice of a baseline's K, summary tables and the pap
 
 IMF and INMF always run as ``buffet fit`` runs them: on a dataset store written with ``from_array``,
 their structural settings chosen on validation entries when the config's ``select`` asks
-(``runs.settle_config``), then ``IMFDriver``; the experiments never fit them any other way.
+(``runs.settle_config``), then ``IMFDriver`` (``models.imf.fit_to_end``); the experiments never fit
+them any other way.
 """
 
 from __future__ import annotations
@@ -19,10 +20,10 @@ import numpy as np
 from buffet.data.arrays import from_array
 from buffet.data.splits import add_split
 from buffet.kernels import baselines
-from buffet.pipeline.engine.executors import SyncExecutor
-from buffet.pipeline.engine.fitloop import run_loop
+from buffet.pipeline.engine.dataset import source_of
+from buffet.pipeline.engine.engine import Engine
 from buffet.pipeline.engine.runs import settle_config, spec_for
-from buffet.pipeline.models.imf import IMFConfig, IMFDriver, INMFConfig
+from buffet.pipeline.models.imf import IMFConfig, INMFConfig, fit_to_end
 
 SPLIT = "heldout"
 
@@ -57,13 +58,11 @@ class EngineFit:
 
 def fit_engine(config: IMFConfig, store: str) -> EngineFit:
     """Fit IMF or INMF (by the config's class) as ``buffet fit`` does (module docstring), on an
-    in-process executor (SPEC 2)."""
-    executor = SyncExecutor()
-    config, selection = settle_config(spec_for("inmf" if isinstance(config, INMFConfig) else "imf"), config, store,
-                                      executor)
-    driver = IMFDriver(config, store, executor)
-    driver.start()
-    run_loop(driver, None, [], quiet=True)
+    in-process engine (SPEC 2)."""
+    source, engine = source_of(store), Engine()
+    config, selection = settle_config(spec_for("inmf" if isinstance(config, INMFConfig) else "imf"), config, source,
+                                      engine)
+    driver = fit_to_end(config, source, engine)
     predictions, truths = driver.predictions() if driver.split else (np.zeros(0), np.zeros(0))
     return EngineFit(predictions, truths, driver.k_plus, list(driver.history), config, selection)
 

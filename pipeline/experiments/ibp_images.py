@@ -14,14 +14,16 @@ so a better search (restarts, other initialisations) would not make the seed pea
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
 
 from buffet.kernels import imf
 from buffet.kernels.ibp_images import make_images
+from buffet.pipeline.engine.blocks import MemoryRows
 from buffet.pipeline.experiments import registry as reproduce
-from buffet.pipeline.models.imf import IMFConfig, INMFConfig
+from buffet.pipeline.models.imf import IMFConfig, INMFConfig, fit_to_end
 from buffet.pipeline.reports.plots import new_figure, save_figure
 from buffet.pipeline.experiments.common import fit_engine, markdown_table, write_csv, write_markdown, write_store
 
@@ -43,13 +45,11 @@ def evidence_by_k(history: list[tuple[int, float]], k_max: int) -> np.ndarray:
 
 def oracle_evidence(x: np.ndarray, z: np.ndarray, config: IMFConfig) -> float:
     """L(q; K+) at K+ = the true number of features, converged from the true Z (each z_ik started at the
-    growth steps' soft 0.9 / 0.1) with ``config``'s model and settings, by the in-memory reference
-    ``kernels.imf.fit_in_memory`` (which equals the engine's driver); NaN if a true feature is pruned."""
+    growth steps' soft 0.9 / 0.1) with ``config``'s model and settings, by the engine's driver in this
+    process on ``x`` as one block of rows (``models.imf.fit_to_end``); NaN if a true feature is pruned."""
     start = imf.new_feature_column(z, 1.0, 0.5)
-    fit = imf.fit_in_memory(x, np.ones(x.shape, dtype=bool), k_max=z.shape[1], hyper=config.hyper(),
-                            model=config.model(), start=start, tol=config.tol, max_iter=config.max_iter,
-                            prune_below=config.prune_below)
-    k_plus, value = fit.history[0]
+    oracle = replace(config, max_k=z.shape[1], chunk_rows=x.shape[0], split=None)
+    k_plus, value = fit_to_end(oracle, MemoryRows(x), start=start).history[0]
     return value if k_plus == z.shape[1] else np.nan
 
 

@@ -17,7 +17,7 @@ with run seeds 0, 1, ...; points are the mean time and mean error with standard 
   (Gibbs resamples alpha).
 * ``ibp-speed`` (paper 000 figure 3): 50 rows, four random 6x6 images with eight ones each (a new
   draw per seed), noise variance 0.5; base error (SPEC 4) of E[A] against wall time for IMF and
-  INMF (``IMFDriver``, K+ chosen by evidence), the particle filter and Gibbs.
+  INMF (``IMFDriver`` on an in-process engine, K+ chosen by evidence), the particle filter and Gibbs.
 
 The table states, for every particle-filter point, how long Gibbs needed to reach the same error
 (first crossing of its mean curve, interpolated in log time) and the speed-up, i.e. whether the
@@ -39,9 +39,8 @@ from buffet.kernels.ibp_synthetic import base_error, image_data, noisy_or_data, 
 from buffet.pipeline.experiments import registry as reproduce
 from buffet.pipeline.engine.blocks import MemoryRows
 from buffet.pipeline.engine.executors import SyncExecutor
-from buffet.pipeline.engine.fitloop import run_loop
 from buffet.pipeline.models.gibbs import GibbsDriver, LGGibbsConfig, NoisyORGibbsConfig
-from buffet.pipeline.models.imf import IMFConfig, IMFDriver, INMFConfig
+from buffet.pipeline.models.imf import IMFConfig, INMFConfig, fit_to_end
 from buffet.pipeline.models.particles import LGParticleConfig, NoisyORParticleConfig, ParticleDriver
 from buffet.pipeline.reports.plots import new_figure, save_figure
 from buffet.pipeline.experiments.common import markdown_table, mean_std, write_csv, write_markdown, write_store
@@ -265,9 +264,7 @@ def _imf_point(config_cls: type, stores: list[str], truths: list[np.ndarray], ma
     times, errors = [], []
     for store, A_true in zip(stores, truths):
         start = time.perf_counter()
-        driver = IMFDriver(config_cls(max_k=max_k, chunk_rows=64, split=None), store, SyncExecutor())
-        driver.start()
-        run_loop(driver, None, [], quiet=True)
+        driver = fit_to_end(config_cls(max_k=max_k, chunk_rows=64, split=None), store)
         times.append(time.perf_counter() - start)
         errors.append(_base_error(A_true, driver.post["m"].T))
     return Point("INMF" if config_cls is INMFConfig else "IMF", 0, tuple(times), tuple(errors))
