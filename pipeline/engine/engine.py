@@ -247,7 +247,7 @@ class Engine:
         import dask
         import dask.array as da
 
-        parts = blockset.array.to_delayed().ravel()
+        parts = blockset.array.to_delayed(optimize_graph=False).ravel()  # optimising would rename persisted keys
         built = [da.from_delayed(dask.delayed(_apply_many, pure=False)(fn, *(parts[i] for i in group)),
                                  shape=(1,), dtype=object, meta=np.empty((0,), object)) for group in groups]
         return self._new(da.concatenate(built), len(groups))
