@@ -172,6 +172,7 @@ class Chain:
 
 
 def start_chain(config: GibbsConfig, n_rows: int, n_cols: int) -> Chain:
+    """A chain before its first sweep (``GibbsConfig.initial_state``), no sums yet."""
     return Chain(config.initial_state(n_rows, n_cols))
 
 
@@ -188,6 +189,7 @@ def sweep_task(config: GibbsConfig, data: DenseRows, chain: Chain, sweep: int, i
 
 
 def chain_sums(chain: Chain) -> ibp_summary.Summary:
+    """The sums of a chain's retained sweeps (what ``posterior`` reduces)."""
     return chain.sums
 
 

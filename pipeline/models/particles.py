@@ -41,7 +41,7 @@ from buffet.kernels.pf_proposals import PROPOSALS
 from buffet.kernels.resampling import (ancestor_locations, concatenate_blocks, effective_sample_size,
                                        normalise_log_weights, select_particles, systematic_resample)
 from buffet.pipeline.engine.dataset import Source
-from buffet.pipeline.engine.engine import BlockSet, Engine
+from buffet.pipeline.engine.engine import Engine
 from buffet.pipeline.engine.seeds import stream
 from buffet.pipeline.engine.settings import checkpoint_option, option, require_counts, require_positive
 from buffet.pipeline.models.ibp_data import read_dense_rows
