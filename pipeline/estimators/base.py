@@ -65,6 +65,11 @@ class InvalidParameterError(UserError, ValueError):
     """``set_params`` was given a name that is not a parameter of the estimator."""
 
 
+def engine_for(client) -> Engine:
+    """The engine on the Dask cluster of ``client``, or in this process."""
+    return Engine(client)
+
+
 def row_streams(seed: int, X: np.ndarray, mask: np.ndarray) -> RowStreams:
     """Generators for the seeded Monte Carlo of new rows (``kernels.bmf.sample_new_rows``), one per row
     keyed by the row's values and mask: a row gets the same draws whatever rows come with it."""
@@ -187,7 +192,7 @@ class Estimator:
         data = training_data(X, mask, self.input_kind)
         self._forget()
         source, run = self._run_source(data, config, run_dir)
-        engine = Engine(client)
+        engine = engine_for(client)
         config, self.selection_ = settle_config(spec_for(self.model_name), config, source, engine)
         if run is not None and self.selection_ is not None:
             run.record_selection(self.selection_, asdict(config))
@@ -214,8 +219,7 @@ class Estimator:
         if run_dir is None:
             return source_of(data.source), None
         if isinstance(data.source, str):
-            source = source_of(data.source)
-            return source, RunStore.create(run_dir, self.model_name, source.url, asdict(config))
+            return source_of(data.source), RunStore.create(run_dir, self.model_name, data.source, asdict(config))
         store = str(Path(run_dir).resolve() / "data.zarr")
         run = RunStore.create(run_dir, self.model_name, store, asdict(config))
         rows = data.source
@@ -224,8 +228,7 @@ class Estimator:
 
     @staticmethod
     def _run(driver: Driver, config: Any, run: RunStore | None, position: Position | None = None) -> list[dict]:
-        """Step ``driver`` to the end with the engine's loop (SPEC 2), from ``position`` (default: the
-        start); the trace of the steps."""
+        """Step ``driver`` to the end with the engine's loop (SPEC 2); the trace of the steps."""
         return run_loop(driver, run, position or Position(), config.checkpoint_every, quiet=True).trace
 
     # ----- fitted state -----

@@ -25,7 +25,7 @@ from buffet.pipeline.engine.dataset import Source, source_of
 from buffet.pipeline.engine.engine import Engine
 from buffet.pipeline.engine.loop import Position
 from buffet.pipeline.engine.runstore import RunStore
-from buffet.pipeline.estimators.base import Estimator, row_streams
+from buffet.pipeline.estimators.base import Estimator, engine_for, row_streams
 from buffet.pipeline.estimators.inputs import DENSE, dense_matrix, dense_rows
 from buffet.pipeline.models.gibbs import GibbsDriver, LGGibbsConfig, NoisyORGibbsConfig
 from buffet.pipeline.models.particles import LGParticleConfig, NoisyORParticleConfig, ParticleDriver
@@ -123,7 +123,7 @@ class _ParticleFilter(_IBPModel):
             full = np.ones(data.shape, bool)
             if observed is not None:
                 full[n_old:] = observed
-        driver = ParticleDriver(config, source_of(MemoryRows(data, full)), Engine(client), self.label)
+        driver = ParticleDriver(config, source_of(MemoryRows(data, full)), engine_for(client), self.label)
         blocks = [config.BLOCK_CLS(n_rows=n_old, **{name: self._block_array(b, name, data.shape[0])
                                                    for name in config.BLOCK_CLS.FEATURE_AXES})
                   for b in range(driver.n_blocks)]
