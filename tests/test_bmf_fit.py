@@ -16,7 +16,6 @@ from buffet.data.errors import UserError
 from buffet.data.splits import add_split
 from buffet.data.store import Dataset
 from buffet.kernels.bmf_data import bars_data
-from buffet.kernels.ibp_prior import enumerate_ibp_classes
 from buffet.pipeline.reports import bmf as bmf_outputs
 from buffet.pipeline.engine.blocks import MemoryRows
 from buffet.pipeline.models.bmf import BMFConfig, BMFDriver
@@ -24,6 +23,7 @@ from buffet.pipeline.engine.executors import DaskExecutor, SyncExecutor
 from buffet.pipeline.experiments.bmf import nearest_bottom
 from buffet.pipeline.engine.runs import fit_run, resume_run
 
+from oracles import enumerate_ibp_classes
 from test_particles_fit import _assert_same, _checkpoint, buffet
 
 

@@ -1,7 +1,7 @@
 """``buffet reproduce pf-images | pf-noisy-or | ibp-speed``: particle filter against Gibbs sampling
 (paper 001 figures 3 and 5; paper 000 figure 3; SPEC 4 "IBP images, speed" and "noisy-OR").
 
-Every method runs through its engine driver on an in-process executor (``SyncExecutor``), one
+Every method runs through its engine driver on an in-process engine (``Engine()``), one
 particle block or one chain, so both samplers get the same engineering: the kernels of
 ``kernels/`` called by the drivers of ``pipeline/models/particles.py`` and ``pipeline/models/gibbs.py``. The
 wall time of a run covers building the driver, every row or sweep and the posterior summary.
@@ -17,7 +17,7 @@ with run seeds 0, 1, ...; points are the mean time and mean error with standard 
   (Gibbs resamples alpha).
 * ``ibp-speed`` (paper 000 figure 3): 50 rows, four random 6x6 images with eight ones each (a new
   draw per seed), noise variance 0.5; base error (SPEC 4) of E[A] against wall time for IMF and
-  INMF (``IMFDriver``, K+ chosen by evidence), the particle filter and Gibbs.
+  INMF (the IMF driver, K+ chosen by evidence), the particle filter and Gibbs.
 
 The table states, for every particle-filter point, how long Gibbs needed to reach the same error
 (first crossing of its mean curve, interpolated in log time) and the speed-up, i.e. whether the
@@ -34,14 +34,17 @@ from typing import Callable, Sequence
 
 import numpy as np
 
-from buffet.kernels.ibp_images import make_images
-from buffet.kernels.ibp_synthetic import base_error, image_data, noisy_or_data, zzt_error
+from buffet.data.ibp_images import make_images
+from buffet.data.ibp_synthetic import image_data, noisy_or_data
+from buffet.kernels.metrics import base_error, zzt_error
 from buffet.pipeline.experiments import registry as reproduce
 from buffet.pipeline.engine.blocks import MemoryRows
-from buffet.pipeline.engine.executors import SyncExecutor
-from buffet.pipeline.engine.fitloop import run_loop
+from buffet.pipeline.engine.dataset import source_of
+from buffet.pipeline.engine.engine import Engine
+from buffet.pipeline.engine.loop import Position, run_loop
+from buffet.pipeline.engine.runs import spec_for
 from buffet.pipeline.models.gibbs import GibbsDriver, LGGibbsConfig, NoisyORGibbsConfig
-from buffet.pipeline.models.imf import IMFConfig, IMFDriver, INMFConfig
+from buffet.pipeline.models.imf import IMFConfig, INMFConfig
 from buffet.pipeline.models.particles import LGParticleConfig, NoisyORParticleConfig, ParticleDriver
 from buffet.pipeline.reports.plots import new_figure, save_figure
 from buffet.pipeline.experiments.common import markdown_table, mean_std, write_csv, write_markdown, write_store
@@ -99,7 +102,7 @@ def filter_and_gibbs(pf_config: Callable[[int, int], object], gibbs_config: Call
                      error: Callable[[dict[str, np.ndarray], int], float]) -> tuple[list[Point], list[Point]]:
     """The particle-filter and Gibbs curves; ``rows(seed)`` is the data of run ``seed``."""
     def factory(driver_cls: type, config: Callable[[int, int], object]) -> Callable[[int, int], Callable]:
-        return lambda setting, seed: lambda: driver_cls(config(setting, seed), rows(seed), SyncExecutor())
+        return lambda setting, seed: lambda: driver_cls(config(setting, seed), source_of(rows(seed)), Engine())
 
     return (measure(PF, particles, seeds, factory(ParticleDriver, pf_config), error),
             measure(GIBBS, sweeps, seeds, factory(GibbsDriver, gibbs_config), error))
@@ -265,9 +268,10 @@ def _imf_point(config_cls: type, stores: list[str], truths: list[np.ndarray], ma
     times, errors = [], []
     for store, A_true in zip(stores, truths):
         start = time.perf_counter()
-        driver = IMFDriver(config_cls(max_k=max_k, chunk_rows=64, split=None), store, SyncExecutor())
+        spec = spec_for("inmf" if config_cls is INMFConfig else "imf")
+        driver = spec.make_driver(config_cls(max_k=max_k, chunk_rows=64, split=None), source_of(store), Engine())
         driver.start()
-        run_loop(driver, None, [], quiet=True)
+        run_loop(driver, None, Position(), quiet=True)
         times.append(time.perf_counter() - start)
         errors.append(_base_error(A_true, driver.post["m"].T))
     return Point("INMF" if config_cls is INMFConfig else "IMF", 0, tuple(times), tuple(errors))
