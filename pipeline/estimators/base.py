@@ -29,8 +29,9 @@ from buffet.data.arrays import from_array
 from buffet.data.errors import InputError, StoreError, UserError
 from buffet.kernels.bmf import RowStreams
 from buffet.pipeline.engine.blocks import MemoryRows
-from buffet.pipeline.engine.executors import DaskExecutor, Executor, SyncExecutor
-from buffet.pipeline.engine.fitloop import Driver, run_loop
+from buffet.pipeline.engine.dataset import Source, source_of
+from buffet.pipeline.engine.engine import Engine
+from buffet.pipeline.engine.loop import Driver, Position, run_loop
 from buffet.pipeline.engine.runs import settle_config, spec_for
 from buffet.pipeline.engine.runstore import RunStore
 from buffet.pipeline.engine.seeds import stream
@@ -62,11 +63,6 @@ def _with_sklearn(sklearn_error: type) -> type:
 
 class InvalidParameterError(UserError, ValueError):
     """``set_params`` was given a name that is not a parameter of the estimator."""
-
-
-def executor_for(client) -> Executor:
-    """The engine's executor: the Dask cluster of ``client``, or this process."""
-    return DaskExecutor(client) if client is not None else SyncExecutor()
 
 
 def row_streams(seed: int, X: np.ndarray, mask: np.ndarray) -> RowStreams:
@@ -135,8 +131,8 @@ def _unpack(arrays: dict[str, np.ndarray], values: dict[str, Any]) -> dict[str, 
 class Estimator:
     """Base of the estimators (module docstring). A subclass names its config class and its model
     (as ``buffet fit`` knows it), the kind of data it reads (``inputs.COUNTS`` or ``inputs.DENSE``),
-    and implements ``_fit(config, source, executor, run)``, which sets ``trace_`` (the engine's steps;
-    ``n_iter_`` is their number)."""
+    and implements ``_fit(config, source, engine, run)`` (a ``dataset.Source`` and an ``Engine``), which
+    sets ``trace_`` (the engine's steps; ``n_iter_`` is their number)."""
 
     config_cls: ClassVar[type]
     model_name: ClassVar[str]
@@ -191,11 +187,11 @@ class Estimator:
         data = training_data(X, mask, self.input_kind)
         self._forget()
         source, run = self._run_source(data, config, run_dir)
-        executor = executor_for(client)
-        config, self.selection_ = settle_config(spec_for(self.model_name), config, source, executor)
+        engine = Engine(client)
+        config, self.selection_ = settle_config(spec_for(self.model_name), config, source, engine)
         if run is not None and self.selection_ is not None:
             run.record_selection(self.selection_, asdict(config))
-        self._fit(config, source, executor, run)
+        self._fit(config, source, engine, run)
         self.n_iter_ = len(self.trace_)
         self.n_features_in_ = data.shape[1]
         return self
@@ -205,7 +201,7 @@ class Estimator:
         self.fit(X, mask=mask, client=client, run_dir=run_dir)
         return self.transform(X) if mask is None else self.transform(X, mask=mask)
 
-    def _fit(self, config: Any, source: str | MemoryRows, executor: Executor, run: RunStore | None) -> None:
+    def _fit(self, config: Any, source: Source, engine: Engine, run: RunStore | None) -> None:
         raise NotImplementedError
 
     def _forget(self) -> None:
@@ -213,25 +209,22 @@ class Estimator:
         for name in [k for k in vars(self) if k.endswith("_") and not k.startswith("_")]:
             delattr(self, name)
 
-    def _run_source(self, data: Data, config: Any, run_dir) -> tuple[str | MemoryRows, RunStore | None]:
+    def _run_source(self, data: Data, config: Any, run_dir) -> tuple[Source, RunStore | None]:
         """Where the driver reads and the run folder it checkpoints into (``fit``'s docstring)."""
         if run_dir is None:
-            return data.source, None
+            return source_of(data.source), None
         if isinstance(data.source, str):
-            return data.source, RunStore.create(run_dir, self.model_name, data.source, asdict(config))
+            return source_of(data.source), RunStore.create(run_dir, self.model_name, data.source, asdict(config))
         store = str(Path(run_dir).resolve() / "data.zarr")
         run = RunStore.create(run_dir, self.model_name, store, asdict(config))
         rows = data.source
         from_array(rows.X, store, _store_kind(rows, self.input_kind), mask=rows.mask)
-        return store, run
+        return source_of(store), run
 
     @staticmethod
-    def _run(driver: Driver, config: Any, run: RunStore | None, start_step: int = 0,
-             trace: list[dict] | None = None) -> list[dict]:
-        """Step ``driver`` to the end with the engine's loop (SPEC 2); the trace of the steps."""
-        trace = [] if trace is None else trace
-        run_loop(driver, run, trace, start_step, config.checkpoint_every, quiet=True)
-        return trace
+    def _run(driver: Driver, config: Any, run: RunStore | None) -> list[dict]:
+        """Step ``driver`` (started) to the end with the engine's loop (SPEC 2); the trace of the steps."""
+        return run_loop(driver, run, Position(), config.checkpoint_every, quiet=True).trace
 
     # ----- fitted state -----
     def _check_fitted(self) -> None:
