@@ -20,7 +20,8 @@ regrouped from every row panel (``engine.regroup``). One engine step is one swee
 
 The binary matrices are small (I x K+, J x L+ bits) and stay on the client, which needs them whole
 to form the other side's loadings: with W, the hyperparameters and the count of retained sweeps they
-are the driver's globals (``global_arrays``). Every random draw comes from
+are the driver's globals (``global_arrays``). A panel's task is sent its own rows of U or V
+(``engine.from_values``) and, as plain arguments, W and the other side's whole matrix. Every random draw comes from
 ``stream(seed, purpose, sweep, panel)``, made inside the task that uses it, so a seed gives the same
 chain on any number of workers and a step tried again draws the same numbers. After ``burn_in``
 sweeps each row panel adds its predictive means E[x_ij | U, V, W] (``bmf.mean_of``) to a running sum,
@@ -44,7 +45,7 @@ from buffet.kernels.ibp_prior import sample_ibp
 from buffet.pipeline.engine.blocks import row_ranges
 from buffet.pipeline.engine.cluster import single_threaded_blas
 from buffet.pipeline.engine.dataset import Source, dense_blocks, read_seen_chunk
-from buffet.pipeline.engine.engine import BlockSet, Engine, Shared
+from buffet.pipeline.engine.engine import BlockSet, Engine
 from buffet.pipeline.engine.seeds import stream
 from buffet.pipeline.engine.selection import Candidate
 from buffet.pipeline.engine.settings import (SelectionSettings, checkpoint_option, option, require_counts,
@@ -299,8 +300,8 @@ class BMFDriver:
         """One sweep: U panels, V panels, W, hyperparameters; predictions after burn-in."""
         self._update_side("u", step)
         self._update_side("v", step)
-        U_panels, V_all = self.engine.from_values(self.U), self.engine.share(self.full("v"))
-        log_lik, stats = self._update_weights(step, U_panels, V_all)
+        U_panels = self.engine.from_values(self.U)
+        log_lik, stats = self._update_weights(step, U_panels)
         self._update_hyper(step, stats)
         if stats is not None:  # at the new theta
             log_lik = bmf.gaussian_log_lik(stats, self.W, self.theta)
@@ -310,7 +311,7 @@ class BMFDriver:
                      + bmf.weight_log_prior(self.W, self.config.w0, self.phi))
         retained = step >= self.config.burn_in
         if retained:
-            self.engine.keep(PRED, self.engine.map(accumulate_task, self.engine.state(PRED), U_panels, self.W, V_all,
+            self.engine.keep(PRED, self.engine.map(accumulate_task, self.engine.state(PRED), U_panels, self.W, V,
                                                    self.config.likelihood))
             self.retained += 1
             self.feature_sums = [self.feature_sums[0] + U.shape[1], self.feature_sums[1] + V.shape[1]]
@@ -324,7 +325,6 @@ class BMFDriver:
         engine, cfg = self.engine, self.config
         panels, Zs = (self.rows, self.U) if side == "u" else (self.cols, self.V)
         W_side, other = (self.W, self.full("v")) if side == "u" else (self.W.T, self.full("u"))
-        other = engine.share(other)
         prior = self.config.priors(self.alpha, self.lam)[0 if side == "u" else 1]
         star = step % len(Zs)
         key = (cfg.seed, f"bmf-{side}", step)
@@ -343,7 +343,7 @@ class BMFDriver:
             self.V, self.W = Zs, W_side.T
 
     def _conditional_panels(self, side: str, step: int, panels: BlockSet, Zs: list[np.ndarray], star: int,
-                            W_side: np.ndarray, other: Shared, prior: bmf.BinaryPrior) -> list[np.ndarray]:
+                            W_side: np.ndarray, other: np.ndarray, prior: bmf.BinaryPrior) -> list[np.ndarray]:
         """pi_k of the features the designated panel ``star`` uses (all, for a finite prior), then every other
         panel's rows in parallel given pi (``bmf.conditional_panel_sweep``)."""
         engine, cfg = self.engine, self.config
@@ -361,15 +361,16 @@ class BMFDriver:
                                        self.model, (cfg.seed, f"bmf-{side}", step), cfg.move_size))
         return [Zs[star] if q == star else new[others.index(q)] for q in range(len(Zs))]
 
-    def _panel_log_lik(self, U_panels: BlockSet, V: Shared, Ws: np.ndarray) -> np.ndarray:
+    def _panel_log_lik(self, U_panels: BlockSet, V: np.ndarray, Ws: np.ndarray) -> np.ndarray:
         """log p(X | U, V, W) over the observed training entries for each W of the stack Ws: one vector per
         row panel, added in panel order (one round of tasks per call; elliptical slice sampling needs a few)."""
         parts = self.engine.gather(self.engine.map(log_lik_task, self.rows, U_panels, Ws, V, self.model))
         return np.sum(parts, axis=0)
 
-    def _update_weights(self, step: int, U_panels: BlockSet, V: Shared) -> tuple[float, dict | None]:
+    def _update_weights(self, step: int, U_panels: BlockSet) -> tuple[float, dict | None]:
         """W | rest (module docstring, step 3); returns the new log likelihood and the Gaussian statistics."""
         rng = stream(self.config.seed, "bmf-w", step)
+        V = self.full("v")
         if self.config.likelihood == "gaussian":
             stats = self.engine.reduce(self.engine.map(weight_stats_task, self.rows, U_panels, V))
             if self.W.size:
