@@ -15,12 +15,14 @@ from sklearn.utils.validation import check_is_fitted
 from buffet.data.arrays import from_array
 from buffet.data.synthetic import bnmf_corpus
 from buffet.kernels.ibp_synthetic import image_data, noisy_or_data
-from buffet.pipeline.engine.executors import SyncExecutor
+from buffet.pipeline.engine.dataset import source_of
+from buffet.pipeline.engine.engine import Engine
 from buffet.pipeline.engine.runs import fit_run, spec_for
 from buffet.pipeline.engine.runstore import RunStore
 from buffet.pipeline.estimators import (IMF, INMF, BayesianNMF, BinaryMF, CorrelatedNMF, InvalidParameterError,
                                         LinearGaussianGibbs, LinearGaussianParticleFilter, NoisyORGibbs,
                                         NoisyORParticleFilter, NotFittedError)
+from buffet.pipeline.reports.outputs import export_run
 
 # Small, fast settings per estimator, and the kind of data each reads.
 FAST = {
@@ -141,8 +143,8 @@ def test_same_seed_as_buffet_fit_on_the_same_store(name, model, ours, theirs, da
     """The estimator on the array and ``buffet fit`` (``fit_run``) on its store, compared through the export."""
     estimator, kind = _fit(name, data)
     config = estimator.config_cls(**estimator.get_params())
-    run = fit_run(model, data[kind][2], tmp_path / "run", config, SyncExecutor(), quiet=True)
-    np.testing.assert_array_equal(spec_for(model).export(run)[theirs], getattr(estimator, ours))
+    run = fit_run(model, source_of(data[kind][2]), tmp_path / "run", config, Engine(), quiet=True)
+    np.testing.assert_array_equal(export_run(run, Engine())[theirs], getattr(estimator, ours))
 
 
 def test_in_memory_fit_into_a_run_folder_is_a_resumable_buffet_run(data, tmp_path):
