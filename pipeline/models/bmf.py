@@ -186,6 +186,7 @@ def conditional_task(rows: DenseRows, Z: np.ndarray, panel: int, W: np.ndarray, 
 
 
 def weight_stats_task(rows: DenseRows, U: np.ndarray, V: np.ndarray) -> dict:
+    """The panel's statistics of the Gaussian W conditional (``bmf.weight_stats``), summed by ``engine.reduce``."""
     return bmf.weight_stats(rows.X, rows.mask, U, V)
 
 
