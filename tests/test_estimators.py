@@ -23,6 +23,7 @@ from buffet.pipeline.reports.outputs import export_run
 from buffet.pipeline.estimators import (IMF, INMF, BayesianNMF, BinaryMF, CorrelatedNMF, InvalidParameterError,
                                         LinearGaussianGibbs, LinearGaussianParticleFilter, NoisyORGibbs,
                                         NoisyORParticleFilter, NotFittedError)
+from buffet.pipeline.reports.outputs import export_run
 
 # Small, fast settings per estimator, and the kind of data each reads.
 FAST = {

@@ -136,8 +136,8 @@ def _unpack(arrays: dict[str, np.ndarray], values: dict[str, Any]) -> dict[str, 
 class Estimator:
     """Base of the estimators (module docstring). A subclass names its config class and its model
     (as ``buffet fit`` knows it), the kind of data it reads (``inputs.COUNTS`` or ``inputs.DENSE``),
-    and implements ``_fit(config, source, engine, run)``, which sets ``trace_`` (the engine's steps;
-    ``n_iter_`` is their number)."""
+    and implements ``_fit(config, source, engine, run)`` (a ``dataset.Source`` and an ``Engine``), which
+    sets ``trace_`` (the engine's steps; ``n_iter_`` is their number)."""
 
     config_cls: ClassVar[type]
     model_name: ClassVar[str]
