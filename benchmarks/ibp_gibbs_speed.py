@@ -22,8 +22,9 @@ import time
 
 import numpy as np
 
+from buffet.data.ibp_synthetic import image_data
 from buffet.kernels.gibbs_linear_gaussian import LGGibbsState, gibbs_sweep
-from buffet.kernels.ibp_synthetic import image_data, zzt_error
+from buffet.kernels.metrics import zzt_error
 from buffet.pipeline.models.gibbs import LGGibbsConfig
 
 STUCK_ERROR = 1500.0

@@ -1,6 +1,6 @@
 """IMF and INMF on the 4-image data, N = 100: wall time and base error per seed (issue 3).
 
-Each seed's data (``kernels.ibp_images.make_images``, noise variance 0.5) is written to a
+Each seed's data (``data.ibp_images.make_images``, noise variance 0.5) is written to a
 dataset store and fitted by the engine's driver on an in-process engine (``models.imf.fit_to_end``),
 the same code path as ``buffet fit imf``. Timed: the fit only (driver set-up included, store writing
 excluded). Base error (SPEC 4): mean over the true bases of the mean squared difference to the
@@ -31,7 +31,8 @@ import numpy as np
 from scipy.special import log_ndtr, ndtri_exp
 
 from buffet.data.arrays import from_array
-from buffet.kernels.ibp_images import base_error, make_images
+from buffet.data.ibp_images import make_images
+from buffet.kernels.metrics import base_error
 from buffet.pipeline.models.imf import IMFConfig, INMFConfig, fit_to_end
 
 TARGET_ERROR = 0.0075

@@ -35,6 +35,8 @@ import numpy as np
 from scipy.linalg import cho_factor, cho_solve, solve_triangular
 from scipy.special import expit, gammaln, log_expit
 
+from buffet.kernels.metrics import auc
+
 LIKELIHOODS = ("gaussian", "logistic", "poisson")
 
 
@@ -328,6 +330,17 @@ def linear_predictor(likelihood: str, mean: np.ndarray) -> np.ndarray:
         p = np.clip(mean, 1e-12, 1.0 - 1e-12)
         return np.log(p) - np.log1p(-p)
     return np.log(np.maximum(mean, 1e-12))
+
+
+def heldout_scores(likelihood: str, predicted: np.ndarray, truth: np.ndarray) -> dict:
+    """RMSE and MAE (Gaussian, Poisson) or AUC and log loss (logistic) of predictive means of held-out
+    entries against their values (SPEC 4)."""
+    if likelihood == "logistic":
+        p = np.clip(predicted, 1e-12, 1 - 1e-12)
+        return {"auc": auc(predicted, truth),
+                "log_loss": float(-np.mean(truth * np.log(p) + (1 - truth) * np.log1p(-p)))}
+    err = predicted - truth
+    return {"rmse": float(np.sqrt(np.mean(err ** 2))), "mae": float(np.mean(np.abs(err)))}
 
 
 # ----- W given U and V (section 3.1) -----

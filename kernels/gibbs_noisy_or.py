@@ -21,7 +21,7 @@ import math
 from dataclasses import dataclass, replace
 
 import numpy as np
-from scipy.special import expit, logsumexp
+from scipy.special import expit
 
 from .ibp_prior import ibp_log_prob, new_feature_log_prior, sample_alpha, sample_categorical_log
 from .pf_noisy_or import NoisyORParams, log_lik_entries, row_log_lik, sample_new_feature_rows
@@ -56,24 +56,6 @@ def log_joint(X: np.ndarray, state: NoisyORGibbsState, params: NoisyORParams,
     return (ibp_log_prob(state.Z, state.alpha) + n_ones * math.log(params.p)
             + (state.Y.size - n_ones) * math.log1p(-params.p)
             + float(row_log_lik(X, eta, params, 0, observed).sum()))
-
-
-def collapsed_log_likelihood(X: np.ndarray, Z: np.ndarray, params: NoisyORParams,
-                             observed: np.ndarray | None = None) -> float:
-    """log P(X | Z) with Y summed out by enumeration, O(D 2^K N): a reference for tiny problems only.
-
-    The columns of Y are independent, so P(X | Z) = prod_d sum_y P(y) prod_{i observed} P(x_id | z_i . y).
-    """
-    k = Z.shape[1]
-    configs = ((np.arange(2 ** k)[:, None] >> np.arange(k)) & 1).astype(np.int64)      # (2^K, K)
-    n_on = configs.sum(axis=1)
-    log_prior = n_on * math.log(params.p) + (k - n_on) * math.log1p(-params.p)
-    eta = configs @ Z.T.astype(np.int64)                                              # (2^K, N)
-    entries = log_lik_entries(X.T[:, None, :], eta[None], params)                     # (D, 2^K, N)
-    if observed is not None:
-        entries = np.where(observed.T[:, None, :], entries, 0.0)
-    per_col = entries.sum(axis=2) + log_prior                                         # (D, 2^K)
-    return float(logsumexp(per_col, axis=1).sum())
 
 
 def _sample_row_existing(x: np.ndarray, z: np.ndarray, Y: np.ndarray, m_minus: np.ndarray, n_rows: int,

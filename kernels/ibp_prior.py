@@ -18,13 +18,12 @@ The IBP is a distribution on equivalence classes of binary matrices (left-ordere
 from __future__ import annotations
 
 import dataclasses
-import itertools
 import math
 from dataclasses import dataclass
-from typing import Callable, ClassVar, Iterator, Sequence, TypeVar
+from typing import ClassVar, Sequence, TypeVar
 
 import numpy as np
-from scipy.special import gammaln, logsumexp
+from scipy.special import gammaln
 
 Block = TypeVar("Block", bound="IBPParticles")
 
@@ -219,29 +218,3 @@ def sample_categorical_log(log_p: Sequence[float], rng: np.random.Generator) -> 
 def sample_alpha(k_plus: int, n_rows: int, shape: float, rate: float, rng: np.random.Generator) -> float:
     """alpha | Z ~ Gamma(shape + K+, rate + H_N), the conjugate update under eq. 2 (SPEC 3.4)."""
     return float(rng.gamma(shape + k_plus, 1.0 / (rate + harmonic_number(n_rows))))
-
-
-def enumerate_ibp_classes(n_rows: int, max_features: int) -> Iterator[np.ndarray]:
-    """One N x K+ representative of every IBP class with K+ <= max_features (tiny N only).
-
-    Classes are multisets of non-zero column patterns: C(2^N - 1 + K, K) of them have K+ = K.
-    """
-    patterns = ((np.arange(1, 2 ** n_rows)[None, :] >> np.arange(n_rows)[::-1, None]) & 1).astype(bool)
-    for k in range(max_features + 1):
-        for combo in itertools.combinations_with_replacement(range(patterns.shape[1]), k):
-            yield patterns[:, list(combo)]
-
-
-def exact_class_posterior(n_rows: int, max_features: int, alpha: float,
-                          log_likelihood: Callable[[np.ndarray], float]) -> dict[bytes, float]:
-    """Exact posterior over IBP classes with K+ <= max_features, by enumeration (tiny N only).
-
-    P([Z] | X) is proportional to P([Z]) p(X | Z) (eq. 2 times a column-order-invariant
-    likelihood); used to check the samplers on N <= 4.
-    """
-    keys, log_p = [], []
-    for Z in enumerate_ibp_classes(n_rows, max_features):
-        keys.append(class_key(Z))
-        log_p.append(ibp_log_prob(Z, alpha) + log_likelihood(Z))
-    log_p = np.asarray(log_p)
-    return dict(zip(keys, np.exp(log_p - logsumexp(log_p))))

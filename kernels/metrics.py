@@ -1,5 +1,6 @@
 """Scores of predictions against held-out truths (SPEC 4): AUC for binary entries, RMSE/MAE/NMAE for
-real ones. Plain NumPy/SciPy."""
+real ones, and the IBP experiments' ZZ^T and base errors against the true Z and features. Plain
+NumPy/SciPy."""
 
 from __future__ import annotations
 
@@ -23,3 +24,15 @@ def error_metrics(predicted: np.ndarray, truth: np.ndarray, value_range: float) 
     err = predicted - truth
     mae = float(np.abs(err).mean())
     return {"rmse": float(np.sqrt((err ** 2).mean())), "mae": mae, "nmae": mae / value_range}
+
+
+def zzt_error(expected_zzt: np.ndarray, Z_true: np.ndarray) -> float:
+    """L1 norm of the upper triangle (with diagonal) of E[Z Z^T] - Z Z^T (SPEC 4; paper 001 section 4.2)."""
+    Zt = np.asarray(Z_true, np.float64)
+    return float(np.abs(np.triu(expected_zzt - Zt @ Zt.T)).sum())
+
+
+def base_error(A_true: np.ndarray, A_est: np.ndarray) -> float:
+    """Mean over true features of the mean squared difference to the closest estimated feature (SPEC 4)."""
+    sq = ((A_true[:, None, :] - A_est[None, :, :]) ** 2).mean(axis=2)
+    return float(sq.min(axis=1).mean())

@@ -2,47 +2,21 @@
 
 Model: X = Z A + noise, noise iid N(0, sigma_X^2), A (K+ x D) iid N(0, sigma_A^2), Z ~ IBP(alpha).
 A is integrated out: each particle carries the Gaussian posterior of A given its Z and the rows
-seen so far, mean M (K x D) and covariance S (K x K, the same for every column when rows are
-fully observed). One row costs O(K^2 + K D) per particle; the growing N x N matrix of the
+seen so far (``lg_particles``: mean M, K x D, and covariance S, K x K, the same for every column when
+rows are fully observed). One row costs O(K^2 + K D) per particle; the growing N x N matrix of the
 paper's eq. 7 is never formed. z_i comes from a named proposal (``pf_proposals``: the paper's IBP
 prior, or "guided" by x_i), and the weight is the exact importance weight of eq. 5 for it.
-
-Block layout (``LGParticles``, extending ``IBPParticles``):
-    Z (L, N, Kc) bool, m (L, Kc) int64   -- see ``ibp_prior``
-    M (L, Kc, D) float64                 -- posterior mean of A; zero rows for padding
-    S (L, G, Kc, Kc) float64             -- posterior covariance of the columns of A; G = 1 when
-                                            it is shared by all columns, G = D with missing entries
-Padding columns have zero rows/columns in M and S, so they never enter z S z^T or z M.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import dataclass
-from typing import ClassVar
 
 import numpy as np
 
-from .ibp_prior import IBPParticles, append_row
+from .ibp_prior import append_row
+from .lg_particles import LGParticles
 from .pf_proposals import PROPOSALS, row_log_density
-
-
-@dataclass(frozen=True)
-class LGParticles(IBPParticles):
-    """A block of linear-Gaussian particles (module docstring for the array layout)."""
-
-    M: np.ndarray
-    S: np.ndarray
-
-    FEATURE_AXES: ClassVar[dict[str, tuple[int, ...]]] = {"Z": (2,), "m": (1,), "M": (1,), "S": (2, 3)}
-
-
-def init_lg_particles(n_particles: int, n_rows: int, n_cols: int, per_column: bool = False) -> LGParticles:
-    """An empty block (SPEC 3.3). ``per_column=True`` keeps one S per column (needed with masks)."""
-    n_cov = n_cols if per_column else 1
-    return LGParticles(Z=np.zeros((n_particles, n_rows, 0), bool), m=np.zeros((n_particles, 0), np.int64),
-                       n_rows=0, M=np.zeros((n_particles, 0, n_cols)),
-                       S=np.zeros((n_particles, n_cov, 0, 0)))
 
 
 def _diagonal(S: np.ndarray) -> np.ndarray:

@@ -32,6 +32,14 @@ class NoisyORParams:
     lam: float = 0.9
     eps: float = 0.01
 
+    def out_of_range(self) -> str | None:
+        """What is wrong if a parameter lies outside (0, 1), where eq. 8 is a probability model; None if
+        none does."""
+        for name in ("p", "lam", "eps"):
+            if not 0.0 < getattr(self, name) < 1.0:
+                return f"{name} must be in (0, 1), got {getattr(self, name)}"
+        return None
+
 
 @dataclass(frozen=True)
 class NoisyORParticles(IBPParticles):

@@ -27,16 +27,14 @@ independent one had the lower ZZ^T error at P = 100 as well as the lower cost
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Callable
+from typing import Callable
 
 import numpy as np
 
 from .ibp_prior import new_feature_log_prior, sample_ibp_conditional
+from .lg_particles import LGParticles
 
-if TYPE_CHECKING:
-    from .pf_linear_gaussian import LGParticles
-
-Proposal = Callable[["LGParticles", np.ndarray, float, float, float, np.random.Generator, np.ndarray | None],
+Proposal = Callable[[LGParticles, np.ndarray, float, float, float, np.random.Generator, np.ndarray | None],
                     tuple[np.ndarray, np.ndarray, np.ndarray]]
 NEW_FEATURE_TERMS = 3   # K_new = 0..3 in the guided proposal's predictive (module docstring)
 
@@ -66,7 +64,7 @@ def feature_alone_log_density(x: np.ndarray, M: np.ndarray, S: np.ndarray, var: 
                               observed: np.ndarray | None) -> np.ndarray:
     """log N(x; M_k, (var_j + S_kk) I) over the observed entries, for every particle and feature alone.
 
-    x (D,), M (L, K, D), S (L, G, K, K) (``pf_linear_gaussian``), var (J,) extra variances;
+    x (D,), M (L, K, D), S (L, G, K, K) (``lg_particles``), var (J,) extra variances;
     returns (J, L, K). With G = 1 every entry is observed (``kalman_row_update`` checks), and
     |x - M_k|^2 = x.x - 2 M_k.x + M_k.M_k avoids (L, K, D) temporaries.
     """
@@ -90,7 +88,7 @@ def guided_proposal(block: LGParticles, x: np.ndarray, alpha: float, sigma_x: fl
     """Existing features independently from their conditional given x_i, the others off (module docstring).
 
     ``block`` carries the posterior of A of every particle: M (L, Kc, D) and S (L, G, Kc, Kc)
-    (``pf_linear_gaussian``). O(Kc J D) per particle, J = NEW_FEATURE_TERMS. Padding columns have
+    (``lg_particles``). O(Kc J D) per particle, J = NEW_FEATURE_TERMS. Padding columns have
     m = 0, so they are never switched on and add 0 to the log-ratio.
     """
     i = block.n_rows + 1

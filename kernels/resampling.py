@@ -8,8 +8,9 @@ block) (``ancestor_locations``) and rebuilds each block from the particles it ne
 new particles come from block b and its neighbours.
 
 Summaries take globally normalised weights restricted to one block, so the results of the
-blocks add up: E[Z Z^T], the distribution of K+, and the posterior mass of IBP classes, from
-which E[A] is read in the most probable class (feature order is only defined within a class).
+blocks add up: E[Z Z^T] and the distribution of K+ here; the posterior mass of IBP classes, from
+which E[A] is read in the most probable class (feature order is only defined within a class), in
+``ibp_summary``.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ import dataclasses
 
 import numpy as np
 
-from .ibp_prior import Block, class_key, feature_capacity, left_order, resize_features
+from .ibp_prior import Block, feature_capacity, resize_features
 
 
 def normalise_log_weights(log_w: np.ndarray) -> tuple[np.ndarray, float]:
@@ -110,32 +111,3 @@ def k_plus_distribution(m: np.ndarray, weights: np.ndarray, max_k: int | None = 
     k_plus = np.count_nonzero(m, axis=1)
     size = (int(k_plus.max(initial=0)) if max_k is None else max_k) + 1
     return np.bincount(k_plus, weights=weights, minlength=size)[:size]
-
-
-def class_distribution(Z: np.ndarray, weights: np.ndarray) -> dict[bytes, float]:
-    """Posterior mass of each IBP equivalence class (``ibp_prior.class_key``) among particles Z (L, N, K)."""
-    flat = Z.reshape(Z.shape[0], -1)
-    unique, first, inverse = np.unique(flat, axis=0, return_index=True, return_inverse=True)
-    mass = np.bincount(inverse.ravel(), weights=weights, minlength=unique.shape[0])
-    out: dict[bytes, float] = {}
-    for l, w in zip(first, mass):
-        key = class_key(Z[l])
-        out[key] = out.get(key, 0.0) + w
-    return out
-
-
-def total_variation(p: dict[bytes, float], q: dict[bytes, float]) -> float:
-    """Total-variation distance between two distributions over IBP classes (to compare samplers)."""
-    return 0.5 * sum(abs(p.get(k, 0.0) - q.get(k, 0.0)) for k in p.keys() | q.keys())
-
-
-def class_mean_features(Z: np.ndarray, M: np.ndarray, key: bytes) -> np.ndarray | None:
-    """E[A | [Z] = key, X] (K+ x D), features in left-ordered form, or None if no particle is in the class.
-
-    Within one class the linear-Gaussian posterior mean M of A is the same up to the column
-    order of Z, so any member, reordered, gives it (SPEC 3.3 E[A]).
-    """
-    for Zl, Ml in zip(Z, M):
-        if class_key(Zl) == key:
-            return Ml[left_order(Zl)]
-    return None

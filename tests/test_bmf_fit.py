@@ -12,19 +12,43 @@ import pytest
 from scipy.stats import multivariate_normal
 
 from buffet.data.arrays import from_array
+from buffet.data.bmf_data import bars_data
 from buffet.data.errors import UserError
 from buffet.data.splits import add_split
 from buffet.data.store import Dataset
-from buffet.kernels.bmf_data import bars_data
-from buffet.kernels.ibp_prior import enumerate_ibp_classes
-from buffet.pipeline.reports import bmf as bmf_outputs
 from buffet.pipeline.engine.blocks import MemoryRows
-from buffet.pipeline.models.bmf import BMFConfig, BMFDriver
-from buffet.pipeline.engine.executors import DaskExecutor, SyncExecutor
-from buffet.pipeline.experiments.bmf import nearest_bottom
+from buffet.pipeline.engine.dataset import source_of
+from buffet.pipeline.engine.engine import Engine
+from buffet.pipeline.engine.loop import Position, run_loop
 from buffet.pipeline.engine.runs import fit_run, resume_run
+from buffet.pipeline.engine.selection import validation_folds
+from buffet.pipeline.experiments.bmf import nearest_bottom
+from buffet.pipeline.models.bmf import BMFConfig, BMFDriver
+from buffet.pipeline.reports.outputs import evaluate_run, export_run
 
-from test_particles_fit import _assert_same, _checkpoint, buffet
+from oracles import enumerate_ibp_classes
+
+
+def buffet(*args):
+    proc = subprocess.run([sys.executable, "-m", "buffet.pipeline.cli", *map(str, args)],
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    return proc.stdout
+
+
+def _fit(model_store, out, config, engine, **options):
+    return fit_run("bmf", source_of(model_store), out, config, engine, quiet=True, **options)
+
+
+def _fitted(run):
+    """A run's export (last U, V, W, predictive mean, trace) without the clock."""
+    return {k: v for k, v in export_run(run, Engine()).items() if k != "trace_seconds"}
+
+
+def _assert_same(a, b):
+    assert sorted(a) == sorted(b)
+    for key in a:
+        np.testing.assert_array_equal(a[key], b[key], err_msg=key)
 
 
 def _log_marginal(X, mask, U, V, theta, phi, w0):
@@ -38,7 +62,7 @@ def _log_marginal(X, mask, U, V, theta, phi, w0):
 
 def _samples(config, X, mask, burn=100):
     """(U, V) after each sweep past ``burn`` of the driver on an in-memory matrix."""
-    driver = BMFDriver(config, MemoryRows(X, mask), SyncExecutor())
+    driver = BMFDriver(config, source_of(MemoryRows(X, mask)), Engine())
     driver.start()
     out = []
     for s in range(config.sweeps):
@@ -124,27 +148,25 @@ def test_bars_missing_halves_are_reconstructed(tmp_path, stores):
     """SPEC 4 bars: the posterior predictive mean of the held-out bottom halves is close to the noise-free
     images (much closer than the prior mean 0 and than the top-half nearest neighbour's bottom half)."""
     bars = stores["bars_data"]
-    run = fit_run("bmf", stores["bars"], tmp_path / "run", BMFConfig(sweeps=150, burn_in=75, alpha=2.0, lam=4.0,
-                                                                     panel_rows=50), SyncExecutor(), quiet=True)
-    pred = bmf_outputs.export(run)["predictive_mean"]
+    run = _fit(stores["bars"], tmp_path / "run", BMFConfig(sweeps=150, burn_in=75, alpha=2.0, lam=4.0, panel_rows=50),
+               Engine())
+    pred = export_run(run, Engine())["predictive_mean"]
     missing = bars.missing
     rmse = np.sqrt(np.mean((pred[missing] - bars.clean[missing]) ** 2))
     zero = np.sqrt(np.mean(bars.clean[missing] ** 2))
     cut = missing.any(axis=1)
     nn = np.sqrt(np.mean((nearest_bottom(bars.X, missing) - bars.clean[cut][:, 32:]) ** 2))
     assert rmse < 0.65 * zero and rmse < 0.8 * nn, (rmse, zero, nn)       # measured 1.46, 2.66, 2.08
-    result = bmf_outputs.evaluate(run)
+    result = evaluate_run(run, Engine())
     assert result["heldout_entries"] == missing.sum() and result["rmse"] < 2.2   # noise sd is sqrt(2)
 
 
 def test_logistic_and_poisson_fits_predict_held_out_entries(tmp_path, stores):
     config = BMFConfig(likelihood="logistic", sweeps=60, burn_in=20, panel_rows=16, seed=2)
-    result = bmf_outputs.evaluate(fit_run("bmf", stores["binary"], tmp_path / "logistic", config, SyncExecutor(),
-                                          quiet=True))
+    result = evaluate_run(_fit(stores["binary"], tmp_path / "logistic", config, Engine()), Engine())
     assert result["heldout_entries"] > 200 and result["auc"] > 0.65 and result["log_loss"] < 0.62
     config = BMFConfig(likelihood="poisson", sweeps=60, burn_in=20, panel_rows=16, seed=2)
-    result = bmf_outputs.evaluate(fit_run("bmf", stores["counts-ok"], tmp_path / "poisson", config, SyncExecutor(),
-                                          quiet=True))
+    result = evaluate_run(_fit(stores["counts-ok"], tmp_path / "poisson", config, Engine()), Engine())
     ds = Dataset(stores["counts-ok"])
     X, test = ds.read_rows(0, 60).X, ds.split("heldout")["test_mask"]
     oracle = np.sqrt(np.mean((X[test] - stores["rate"][test]) ** 2))                 # the true rates' error
@@ -152,17 +174,39 @@ def test_logistic_and_poisson_fits_predict_held_out_entries(tmp_path, stores):
     assert result["rmse"] < 1.1 * oracle and result["rmse"] < 0.95 * mean_only           # measured 0.93, 0.89, 1.06
 
 
+def test_validation_entries_are_left_out_of_training_and_scored(tmp_path, stores):
+    """A fit given a validation fold trains on neither the fold's nor the split's entries, and
+    ``predictions`` scores exactly the fold's entries that training could otherwise see (issue #10)."""
+    config = BMFConfig(likelihood="logistic", sweeps=4, burn_in=1, panel_rows=16, seed=3, select="validation",
+                       validation_folds=2)
+    fold = validation_folds(config)[0]
+    driver = BMFDriver(config, source_of(stores["binary"]), Engine(), validation=fold)
+    driver.start()
+    run_loop(driver, None, Position(), quiet=True)
+    ds = Dataset(stores["binary"])
+    X, test = ds.read_rows(0, 60).X, ds.split("heldout")["test_mask"]
+    target = ~test & fold.rows(0, 60, 20)
+    predicted, truth = driver.predictions()
+    np.testing.assert_array_equal(truth, X[target])
+    np.testing.assert_array_equal(predicted, driver.predictive_mean()[target])
+    seen = np.vstack([rows.mask for rows in driver.engine.gather(driver.rows)])
+    np.testing.assert_array_equal(seen, ~test & ~target)
+    run = _fit(stores["binary"], tmp_path / "chosen", config, Engine())
+    labels = [c["label"] for c in run.selection["candidates"]]
+    assert labels[0] == "IBP priors" and len(labels) == 4 and run.selection["chosen"] in labels
+    assert evaluate_run(run, Engine())["selected"] == run.selection["chosen"]
+
+
 def test_same_seed_gives_the_same_chain_on_1_and_2_workers_and_resumes(tmp_path, stores, clients):
     config = BMFConfig(likelihood="logistic", sweeps=6, burn_in=2, panel_rows=16, panel_cols=5, ess_steps=1,
                        seed=5, checkpoint_every=2)
-    results = {name: _checkpoint(fit_run("bmf", stores["binary"], tmp_path / name, config, ex, quiet=True))
-               for name, ex in (("sync", SyncExecutor()), ("1", DaskExecutor(clients[1])),
-                                ("2", DaskExecutor(clients[2])))}
-    _assert_same(results["sync"], results["1"])
-    _assert_same(results["sync"], results["2"])
-    part = fit_run("bmf", stores["binary"], tmp_path / "part", config, SyncExecutor(), stop_after=3, quiet=True)
+    results = {name: _fitted(_fit(stores["binary"], tmp_path / name, config, engine))
+               for name, engine in (("here", Engine()), ("1", Engine(clients[1])), ("2", Engine(clients[2])))}
+    _assert_same(results["here"], results["1"])
+    _assert_same(results["here"], results["2"])
+    part = _fit(stores["binary"], tmp_path / "part", config, Engine(clients[2]), stop_after=3)
     assert part.status == "interrupted"
-    _assert_same(results["sync"], _checkpoint(resume_run(str(part.path), SyncExecutor(), quiet=True)))
+    _assert_same(results["here"], _fitted(resume_run(str(part.path), Engine(), quiet=True)))
 
 
 def test_cli_fit_evaluate_export_report(tmp_path, stores):
@@ -170,14 +214,16 @@ def test_cli_fit_evaluate_export_report(tmp_path, stores):
            "--panel-rows", 16, "--workers", 2, "--worker-kind", "threads", "--quiet")
     result = json.loads(buffet("evaluate", tmp_path / "run", "--json", "--workers", 1, "--worker-kind", "threads",
                                "--quiet"))
-    assert result["likelihood"] == "gaussian" and result["retained_sweeps"] == 15
+    assert result["likelihood"] == "gaussian" and result["retained_sweeps"] == 15 and result["steps"] == 20
     assert result["rmse"] < 1.5 and result["k_plus"] >= 1 and result["l_plus"] >= 1    # noise sd 1, signal sd ~4
     buffet("export", tmp_path / "run", "--out", tmp_path / "post.npz")
     with np.load(tmp_path / "post.npz") as post:
         assert post["predictive_mean"].shape == (60, 20)
         assert post["U"].shape[0] == 60 and post["V"].shape[0] == 20 and post["trace_k_plus"].shape == (20,)
+        np.testing.assert_array_equal(post["trace_step"], np.arange(1, 21))
     files = buffet("report", tmp_path / "run", "--out", tmp_path / "report").split()
-    for name in ("trace_features.png", "trace_log_joint.png", "features.png"):
+    assert "| retained_sweeps | 15 |" in (tmp_path / "report" / "summary.md").read_text()
+    for name in ("trace.png", "trace_features.png", "features.png"):
         assert str(tmp_path / "report" / name) in files
         assert (tmp_path / "report" / name).read_bytes()[:4] == b"\x89PNG"
 
@@ -189,6 +235,6 @@ def test_bad_input_gets_a_one_line_error(tmp_path, stores):
     assert proc.returncode == 1
     assert proc.stderr.count("\n") == 1 and "not 0 or 1" in proc.stderr
     with pytest.raises(UserError, match="negative count"):
-        BMFDriver(BMFConfig(likelihood="poisson"), stores["counts"], SyncExecutor())
+        BMFDriver(BMFConfig(likelihood="poisson"), source_of(stores["counts"]), Engine())
     with pytest.raises(UserError, match="likelihood must be one of"):
-        BMFDriver(BMFConfig(likelihood="probit"), stores["counts"], SyncExecutor())
+        BMFDriver(BMFConfig(likelihood="probit"), source_of(stores["counts"]), Engine())

@@ -14,7 +14,7 @@ from sklearn.utils.validation import check_is_fitted
 
 from buffet.data.arrays import from_array
 from buffet.data.synthetic import bnmf_corpus
-from buffet.kernels.ibp_synthetic import image_data, noisy_or_data
+from buffet.data.ibp_synthetic import image_data, noisy_or_data
 from buffet.pipeline.engine.dataset import source_of
 from buffet.pipeline.engine.engine import Engine
 from buffet.pipeline.engine.runs import fit_run

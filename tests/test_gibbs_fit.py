@@ -6,16 +6,18 @@ import numpy as np
 import pytest
 
 from buffet.data.arrays import from_array
+from buffet.data.errors import UserError
+from buffet.data.ibp_synthetic import image_data, noisy_or_data
 from buffet.data.store import Dataset
 from buffet.kernels import gibbs_linear_gaussian as lg_gibbs
-from buffet.kernels.ibp_synthetic import image_data, noisy_or_data
-from buffet.pipeline.engine.executors import DaskExecutor, SyncExecutor
-from buffet.pipeline.models.gibbs import LGGibbsConfig, NoisyORGibbsConfig
-from buffet.pipeline.reports.ibp import add_true_z
-from buffet.pipeline.engine.runs import fit_run, resume_run
+from buffet.pipeline.engine.dataset import source_of
+from buffet.pipeline.engine.engine import Engine
+from buffet.pipeline.engine.runs import fit_run, resume_run, spec_for
 from buffet.pipeline.engine.seeds import stream
+from buffet.pipeline.models.gibbs import CHAINS, LGGibbsConfig, NoisyORGibbsConfig
+from buffet.pipeline.reports.ibp import add_true_z
 
-from test_particles_fit import _assert_same, _checkpoint, buffet
+from test_particles_fit import _assert_same, _checkpoint, _restored, buffet
 
 CONFIGS = {"gibbs-linear-gaussian": LGGibbsConfig(sweeps=10, chains=3, sigma_x=0.5, seed=2),
            "gibbs-noisy-or": NoisyORGibbsConfig(sweeps=10, chains=3, alpha=3.0, seed=2)}
@@ -39,39 +41,47 @@ def stores(tmp_path_factory):
 
 @pytest.mark.parametrize("model", sorted(CONFIGS))
 def test_same_seed_gives_the_same_chains_on_1_and_2_workers_and_in_process(tmp_path, stores, clients, model):
-    executors = {"sync": SyncExecutor(), "1": DaskExecutor(clients[1]), "2": DaskExecutor(clients[2])}
-    results = {name: _checkpoint(fit_run(model, stores[model], tmp_path / name, CONFIGS[model], ex, quiet=True))
-               for name, ex in executors.items()}
-    _assert_same(results["sync"], results["1"])
-    _assert_same(results["sync"], results["2"])
+    engines = {"here": Engine(), "1": Engine(clients[1]), "2": Engine(clients[2])}
+    runs = {name: fit_run(model, source_of(stores[model]), tmp_path / name, CONFIGS[model], engine, quiet=True)
+            for name, engine in engines.items()}
+    results = {name: _checkpoint(run) for name, run in runs.items()}
+    _assert_same(results["here"], results["1"])
+    _assert_same(results["here"], results["2"])
+    exports = {name: spec_for(model).outputs.export(_restored(run, (CHAINS,)), run) for name, run in runs.items()}
+    for key, value in exports["here"].items():
+        np.testing.assert_array_equal(exports["2"][key], value, err_msg=key)
 
 
 def test_chains_are_the_kernel_sampler_with_per_chain_streams_and_burn_in(tmp_path, stores):
     config = LGGibbsConfig(sweeps=10, chains=2, burn_in=0.3, sigma_x=0.5, seed=9)
-    run = fit_run("gibbs-linear-gaussian", stores["gibbs-linear-gaussian"], tmp_path / "run", config, SyncExecutor(),
-                  quiet=True)
-    arrays, trace = _checkpoint(run)
+    run = fit_run("gibbs-linear-gaussian", source_of(stores["gibbs-linear-gaussian"]), tmp_path / "run", config,
+                  Engine(), quiet=True)
+    _, trace = _checkpoint(run)
+    driver = _restored(run, (CHAINS,))
+    chains = driver.engine.gather(driver.engine.state(CHAINS))
     X = Dataset(stores["gibbs-linear-gaussian"]).read_rows(0, 20).X
-    for c in range(2):
+    for c, chain in enumerate(chains):
         state = config.initial_state(*X.shape)
         for s in range(10):
             state = lg_gibbs.gibbs_sweep(X, state, stream(9, "chain", c, s), max_new=config.max_new,
                                          split_merge_moves=config.split_merge_moves)
             assert trace[s][f"k_plus_{c}"] == state.Z.shape[1]
-        np.testing.assert_array_equal(arrays[f"chain{c}_Z"], state.Z)
-        assert float(arrays[f"chain{c}_sigma_x"]) == state.sigma_x
-        assert float(arrays[f"chain{c}_sums_weight"]) == 7.0
-    assert float(arrays["summary_weight"]) == 14.0   # 2 chains x (10 - 3 burn-in sweeps)
+        np.testing.assert_array_equal(chain.state.Z, state.Z)
+        assert chain.state.sigma_x == state.sigma_x
+        assert chain.sums.weight == 7.0   # 10 - 3 burn-in sweeps
+    assert len(chains) == 2
     assert [r["retained"] for r in trace] == [0.0] * 3 + [1.0] * 7
 
 
 @pytest.mark.parametrize("model, store", [("gibbs-noisy-or", "gibbs-noisy-or"), ("gibbs-linear-gaussian", "masked")])
 def test_resumed_sampler_ends_like_an_uninterrupted_one(tmp_path, stores, model, store):
     config = type(CONFIGS[model])(**{**vars(CONFIGS[model]), "checkpoint_every": 3})
-    whole = fit_run(model, stores[store], tmp_path / "whole", config, SyncExecutor(), quiet=True)
-    part = fit_run(model, stores[store], tmp_path / "part", config, SyncExecutor(), stop_after=4, quiet=True)
+    whole = fit_run(model, source_of(stores[store]), tmp_path / "whole", config, Engine(), quiet=True)
+    part = fit_run(model, source_of(stores[store]), tmp_path / "part", config, Engine(), stop_after=4, quiet=True)
     assert part.status == "interrupted"
-    _assert_same(_checkpoint(whole), _checkpoint(resume_run(str(part.path), SyncExecutor(), quiet=True)))
+    with pytest.raises(UserError, match="has not finished its sweeps"):
+        _restored(part, (CHAINS,)).posterior()
+    _assert_same(_checkpoint(whole), _checkpoint(resume_run(str(part.path), Engine(), quiet=True)))
 
 
 def test_cli_fit_evaluate_export_report(tmp_path, stores):

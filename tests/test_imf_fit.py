@@ -10,7 +10,7 @@ import pytest
 
 from buffet.data.arrays import from_array
 from buffet.data.splits import add_split, holdout_entries
-from buffet.kernels.ibp_images import make_images
+from buffet.data.ibp_images import make_images
 from buffet.pipeline.engine.dataset import source_of
 from buffet.pipeline.engine.engine import Engine
 from buffet.pipeline.engine.runs import fit_run, resume_run

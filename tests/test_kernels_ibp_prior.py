@@ -4,12 +4,14 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from buffet.kernels.ibp_prior import (append_row, class_key, class_keys, enumerate_ibp_classes, exact_class_posterior,
-                                      feature_capacity, harmonic_number, ibp_log_prob, init_ibp_particles, left_order,
-                                      new_feature_log_prior, sample_ibp, sample_ibp_conditional)
-from buffet.kernels.ibp_synthetic import base_error, image_data, latent_images, noisy_or_data, zzt_error
+from buffet.data.ibp_synthetic import image_data, latent_images, noisy_or_data
+from buffet.kernels.ibp_prior import (append_row, class_key, class_keys, feature_capacity, harmonic_number, ibp_log_prob,
+                                      init_ibp_particles, left_order, new_feature_log_prior, sample_ibp,
+                                      sample_ibp_conditional)
+from buffet.kernels.metrics import base_error, zzt_error
 from buffet.kernels.pf_noisy_or import NoisyORParams
-from buffet.kernels.resampling import class_distribution, total_variation
+
+from oracles import class_distribution, enumerate_ibp_classes, exact_class_posterior, total_variation
 
 
 def _poisson_chi2_pvalue(counts: np.ndarray, rate: float) -> float:

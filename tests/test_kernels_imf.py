@@ -8,7 +8,8 @@ import pytest
 from scipy import stats as st
 from scipy.special import digamma, expit
 
-from buffet.kernels import ibp_images, imf
+from buffet.data import ibp_images
+from buffet.kernels import imf
 from imf_reference import reference_fit
 
 

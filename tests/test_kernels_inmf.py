@@ -9,7 +9,9 @@ import pytest
 from scipy import integrate
 from scipy.stats import multivariate_normal, norm, truncnorm
 
-from buffet.kernels import ibp_images, imf, inmf
+from buffet.data import ibp_images
+from buffet.kernels import imf, inmf
+from buffet.kernels.metrics import base_error
 from buffet.pipeline.models.imf import INMFConfig
 from imf_reference import reference_fit
 
@@ -191,4 +193,4 @@ def test_inmf_bases_are_nonnegative_and_close_to_the_truth(seed: int) -> None:
     bases = fit.post["m"].T
     assert bases.shape == (4, 36)
     assert (bases >= 0).all()
-    assert max(ibp_images.base_error(a[k:k + 1], bases) for k in range(4)) < 0.05
+    assert max(base_error(a[k:k + 1], bases) for k in range(4)) < 0.05

@@ -7,17 +7,21 @@ import pytest
 from scipy import stats
 from scipy.special import logsumexp
 
+from buffet.data.ibp_synthetic import image_data, linear_gaussian_x, noisy_or_x
 from buffet.kernels.gibbs_linear_gaussian import collapsed_log_likelihood, feature_posterior
-from buffet.kernels.gibbs_noisy_or import collapsed_log_likelihood as noisy_or_log_marginal
-from buffet.kernels.ibp_prior import class_key, exact_class_posterior, left_order, new_feature_log_prior
-from buffet.kernels.ibp_synthetic import image_data, linear_gaussian_x, noisy_or_x, zzt_error
-from buffet.kernels.pf_linear_gaussian import init_lg_particles, pf_linear_gaussian_step
+from buffet.kernels.ibp_prior import class_key, left_order, new_feature_log_prior
+from buffet.kernels.lg_particles import init_lg_particles
+from buffet.kernels.metrics import zzt_error
+from buffet.kernels.pf_linear_gaussian import pf_linear_gaussian_step
 from buffet.kernels.pf_proposals import NEW_FEATURE_TERMS, feature_alone_log_density, log_sum_exp
 from buffet.kernels.pf_noisy_or import (UNOBSERVED, NoisyORParams, entry_tables, init_noisy_or_particles,
                                         log_lik_entries, pf_noisy_or_step, sample_new_feature_rows)
-from buffet.kernels.resampling import (ancestor_locations, class_distribution, class_mean_features,
-                                       concatenate_blocks, effective_sample_size, expected_zzt, k_plus_distribution,
-                                       normalise_log_weights, select_particles, systematic_resample, total_variation)
+from buffet.kernels.resampling import (ancestor_locations, concatenate_blocks, effective_sample_size, expected_zzt,
+                                       k_plus_distribution, normalise_log_weights, select_particles,
+                                       systematic_resample)
+
+from oracles import (class_distribution, class_mean_features, exact_class_posterior, noisy_or_log_marginal,
+                     total_variation)
 
 TINY_Z = np.array([[1, 0], [1, 1], [0, 1]], bool)
 

@@ -9,16 +9,20 @@ import pytest
 
 from buffet.data.arrays import from_array
 from buffet.data.errors import UserError
+from buffet.data.ibp_synthetic import image_data, noisy_or_data
 from buffet.data.store import Dataset
+from buffet.kernels import ibp_summary
 from buffet.kernels.ibp_prior import class_key, left_order
-from buffet.kernels.ibp_synthetic import image_data, noisy_or_data
 from buffet.kernels.resampling import concatenate_blocks, normalise_log_weights, select_particles, systematic_resample
-from buffet.pipeline.models import ibp_summary as ibp_summary
-from buffet.pipeline.engine.executors import DaskExecutor, SyncExecutor
-from buffet.pipeline.reports.ibp import add_true_z
-from buffet.pipeline.models.particles import LGParticleConfig, NoisyORParticleConfig, block_bounds
-from buffet.pipeline.engine.runs import fit_run, resume_run
+from buffet.pipeline.engine import codec
+from buffet.pipeline.engine.checkpoints import Saved
+from buffet.pipeline.engine.dataset import source_of
+from buffet.pipeline.engine.engine import Engine
+from buffet.pipeline.engine.runs import config_from, fit_run, restored, resume_run, run_source, spec_for
+from buffet.pipeline.engine.runstore import RunStore
 from buffet.pipeline.engine.seeds import stream
+from buffet.pipeline.models.particles import PARTICLES, LGParticleConfig, NoisyORParticleConfig, block_bounds
+from buffet.pipeline.reports.ibp import add_true_z
 
 CONFIGS = {"pf-linear-gaussian": LGParticleConfig(particles=60, blocks=3, sigma_x=0.5, seed=3),
            "pf-noisy-or": NoisyORParticleConfig(particles=60, blocks=3, alpha=3.0, seed=3)}
@@ -42,8 +46,18 @@ def stores(tmp_path_factory):
 
 
 def _checkpoint(run):
-    arrays, state, _ = run.load_checkpoint()
-    return arrays, [{k: v for k, v in r.items() if k != "seconds"} for r in state["trace"]]
+    """Everything the last checkpoint of ``run`` holds as flat arrays (the driver's globals and every block
+    of every named state, ``engine.codec``), and its trace without the clock."""
+    engine, spec = Engine(), spec_for(run.model)
+    driver = spec.make_driver(config_from(spec, run.params), run_source(run), engine)
+    position = Saved(RunStore(run.path), engine).restore(driver)
+    values = {"globals": driver.global_arrays(), **{name: engine.gather(blocks) for name, blocks in engine.states.items()}}
+    return codec.to_arrays(values), [{k: v for k, v in r.items() if k != "seconds"} for r in position.trace]
+
+
+def _restored(run, states=(PARTICLES,)):
+    """The run's driver at its last checkpoint, in this process, with ``states`` read back."""
+    return restored(RunStore(run.path), Engine(), states)[0]
 
 
 def _assert_same(a, b):
@@ -56,12 +70,16 @@ def _assert_same(a, b):
 
 @pytest.mark.parametrize("model", sorted(CONFIGS))
 def test_same_seed_gives_the_same_posterior_on_1_and_2_workers_and_in_process(tmp_path, stores, clients, model):
-    executors = {"sync": SyncExecutor(), "1": DaskExecutor(clients[1]), "2": DaskExecutor(clients[2])}
-    results = {name: _checkpoint(fit_run(model, stores[model], tmp_path / name, CONFIGS[model], ex, quiet=True))
-               for name, ex in executors.items()}
-    _assert_same(results["sync"], results["1"])
-    _assert_same(results["sync"], results["2"])
-    assert "summary_zzt" in results["sync"][0]
+    engines = {"here": Engine(), "1": Engine(clients[1]), "2": Engine(clients[2])}
+    runs = {name: fit_run(model, source_of(stores[model]), tmp_path / name, CONFIGS[model], engine, quiet=True)
+            for name, engine in engines.items()}
+    results = {name: _checkpoint(run) for name, run in runs.items()}
+    _assert_same(results["here"], results["1"])
+    _assert_same(results["here"], results["2"])
+    assert any(key.startswith(f"v.{PARTICLES}.2.") for key in results["here"][0])   # the blocks are in it
+    exports = {name: spec_for(model).outputs.export(_restored(run), run) for name, run in runs.items()}
+    for key, value in exports["here"].items():
+        np.testing.assert_array_equal(exports["2"][key], value, err_msg=key)
 
 
 def _reference_filter(config, X):
@@ -90,15 +108,17 @@ def test_moving_particles_between_blocks_equals_resampling_the_gathered_particle
                                                                                   ess_threshold):
     config = LGParticleConfig(particles=50, blocks=blocks, sigma_x=0.5, seed=1, proposal=proposal,
                               ess_threshold=ess_threshold)
-    run = fit_run("pf-linear-gaussian", stores["pf-linear-gaussian"], tmp_path / "run", config, SyncExecutor(),
+    run = fit_run("pf-linear-gaussian", source_of(stores["pf-linear-gaussian"]), tmp_path / "run", config, Engine(),
                   quiet=True)
-    arrays, trace = _checkpoint(run)
+    driver = _restored(run)
     expected, weights = _reference_filter(config, Dataset(stores["pf-linear-gaussian"]).read_rows(0, 24).X)
-    for b, block in enumerate(expected):
-        np.testing.assert_array_equal(arrays[f"block{b}_Z"], block.Z)
-        np.testing.assert_allclose(arrays[f"block{b}_M"], block.M, rtol=1e-12, atol=1e-12)
-    np.testing.assert_allclose(arrays["weights"], weights, rtol=1e-12)
-    resampled = [r["resampled"] for r in trace]
+    blocks = driver.particle_blocks()
+    assert len(blocks) == len(expected)
+    for block, want in zip(blocks, expected):
+        np.testing.assert_array_equal(block.Z, want.Z)
+        np.testing.assert_allclose(block.M, want.M, rtol=1e-12, atol=1e-12)
+    np.testing.assert_allclose(driver.weights, weights, rtol=1e-12)
+    resampled = [r["resampled"] for r in _checkpoint(run)[1]]
     assert resampled[-1] == 0.0 and (sum(resampled) == 23 if ess_threshold == 1.0 else 0 < sum(resampled) < 23)
 
 
@@ -106,10 +126,11 @@ def test_moving_particles_between_blocks_equals_resampling_the_gathered_particle
 def test_resumed_filter_ends_like_an_uninterrupted_one(tmp_path, stores, model, store):
     config = CONFIGS[model]
     config = type(config)(**{**vars(config), "checkpoint_every": 2})
-    whole = fit_run(model, stores[store], tmp_path / "whole", config, SyncExecutor(), quiet=True)
-    part = fit_run(model, stores[store], tmp_path / "part", config, SyncExecutor(), stop_after=3, quiet=True)
+    whole = fit_run(model, source_of(stores[store]), tmp_path / "whole", config, Engine(), quiet=True)
+    part = fit_run(model, source_of(stores[store]), tmp_path / "part", config, Engine(), stop_after=3, quiet=True)
     assert part.status == "interrupted"
-    _assert_same(_checkpoint(whole), _checkpoint(resume_run(str(part.path), SyncExecutor(), quiet=True)))
+    assert _restored(part).rows_done == 3
+    _assert_same(_checkpoint(whole), _checkpoint(resume_run(str(part.path), Engine(), quiet=True)))
 
 
 def test_summary_class_sums_equal_a_loop_over_particles():
@@ -122,8 +143,9 @@ def test_summary_class_sums_equal_a_loop_over_particles():
     summary = ibp_summary.summarise(Z, F, w)
     direct = {}
     for l in range(30):
-        mass, features = direct.get(class_key(Z[l]), (0.0, 0.0))
-        direct[class_key(Z[l])] = (mass + w[l], features + w[l] * F[l][left_order(Z[l])])
+        key = class_key(Z[l]).hex()
+        mass, features = direct.get(key, (0.0, 0.0))
+        direct[key] = (mass + w[l], features + w[l] * F[l][left_order(Z[l])])
     assert summary.classes.keys() == direct.keys()
     for key, (mass, features) in direct.items():
         assert summary.classes[key][0] == pytest.approx(mass)
@@ -131,21 +153,25 @@ def test_summary_class_sums_equal_a_loop_over_particles():
 
 
 def test_more_blocks_than_particles_and_bad_settings_are_handled(tmp_path, stores):
-    run = fit_run("pf-noisy-or", stores["pf-noisy-or"], tmp_path / "few", NoisyORParticleConfig(particles=2, blocks=5),
-                  SyncExecutor(), quiet=True)
-    assert _checkpoint(run)[0]["weights"].shape == (2,)
-    with pytest.raises(UserError, match="lam"):
-        fit_run("pf-noisy-or", stores["pf-noisy-or"], tmp_path / "bad", NoisyORParticleConfig(lam=1.5),
-                SyncExecutor(), quiet=True)
+    run = fit_run("pf-noisy-or", source_of(stores["pf-noisy-or"]), tmp_path / "few",
+                  NoisyORParticleConfig(particles=2, blocks=5), Engine(), quiet=True)
+    driver = _restored(run)
+    assert driver.weights.shape == (2,) and [b.n_particles for b in driver.particle_blocks()] == [1, 1]
+    with pytest.raises(UserError, match=r"lam must be in \(0, 1\)"):
+        fit_run("pf-noisy-or", source_of(stores["pf-noisy-or"]), tmp_path / "bad", NoisyORParticleConfig(lam=1.5),
+                Engine(), quiet=True)
     with pytest.raises(UserError, match="ess_threshold"):
-        fit_run("pf-noisy-or", stores["pf-noisy-or"], tmp_path / "bad-ess", NoisyORParticleConfig(ess_threshold=1.5),
-                SyncExecutor(), quiet=True)
+        fit_run("pf-noisy-or", source_of(stores["pf-noisy-or"]), tmp_path / "bad-ess",
+                NoisyORParticleConfig(ess_threshold=1.5), Engine(), quiet=True)
     with pytest.raises(UserError, match="proposal must be one of prior, guided"):
-        fit_run("pf-linear-gaussian", stores["pf-linear-gaussian"], tmp_path / "bad-proposal",
-                LGParticleConfig(proposal="optimal"), SyncExecutor(), quiet=True)
+        fit_run("pf-linear-gaussian", source_of(stores["pf-linear-gaussian"]), tmp_path / "bad-proposal",
+                LGParticleConfig(proposal="optimal"), Engine(), quiet=True)
     with pytest.raises(UserError, match="not 0 or 1"):
-        fit_run("pf-noisy-or", stores["pf-linear-gaussian"], tmp_path / "real", NoisyORParticleConfig(),
-                SyncExecutor(), quiet=True)
+        fit_run("pf-noisy-or", source_of(stores["pf-linear-gaussian"]), tmp_path / "real", NoisyORParticleConfig(),
+                Engine(), quiet=True)
+    with pytest.raises(UserError, match="has not processed every row"):
+        _restored(fit_run("pf-noisy-or", source_of(stores["pf-noisy-or"]), tmp_path / "part", NoisyORParticleConfig(),
+                          Engine(), stop_after=2, quiet=True)).posterior()
 
 
 def buffet(*args):
@@ -167,6 +193,6 @@ def test_cli_fit_evaluate_export_report(tmp_path, stores):
         assert post["k_plus_dist"].sum() == pytest.approx(1.0)
         assert post["A_mean"].shape[1] == 36
     files = buffet("report", tmp_path / "run", "--out", tmp_path / "report").split()
-    for name in ("zzt.png", "k_plus.png", "bases.png", "ess.png"):
+    for name in ("trace.png", "zzt.png", "k_plus.png", "bases.png"):
         assert str(tmp_path / "report" / name) in files
         assert (tmp_path / "report" / name).read_bytes()[:4] == b"\x89PNG"

@@ -8,7 +8,7 @@ import pytest
 from buffet.data.arrays import from_array
 from buffet.data.splits import add_split, holdout_entries
 from buffet.kernels import baselines, imf
-from buffet.kernels.ibp_images import make_images
+from buffet.data.ibp_images import make_images
 from buffet.pipeline.experiments import ibp_images as reproduce_ibp
 from buffet.pipeline.cli import main
 from buffet.pipeline.models.imf import OFFSET_SWEEPS, IMFConfig

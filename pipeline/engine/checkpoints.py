@@ -42,6 +42,8 @@ class Saved:
         if self.run is None:
             states = {name: engine.gather(blocks) for name, blocks in engine.states.items()}
             self._memory = (step, copy.deepcopy(trace), seconds, copy.deepcopy(driver.global_arrays()), states)
+            if not engine.local:  # the lineage of the states starts here (``_rebase``)
+                engine.states = {name: engine.from_values(values) for name, values in states.items()}
             return
         writer = self.run.begin_checkpoint(step)
         blocks = {}
@@ -50,6 +52,15 @@ class Saved:
             blocks[name] = engine.gather(engine.map(write_block, state, urls, self.storage_options))
         self.run.commit_checkpoint_v2(writer, step, codec.to_arrays(driver.global_arrays()),
                                       {"trace": trace, "seconds": seconds}, blocks)
+        self._rebase(blocks)
+
+    def _rebase(self, blocks: dict[str, list[FileRecord]]) -> None:
+        """From now on, a named state's lineage starts at its checkpoint files: the cluster keeps no
+        record of the steps before, and a block lost later is read back and recomputed from there."""
+        if self.engine.local:
+            return
+        self.engine.states = {name: self.engine.generate(read_block, [(r, self.storage_options) for r in records])
+                              for name, records in blocks.items()}
 
     def restore(self, driver: Any, names: Sequence[str] | None = None) -> "Position":
         """Put the driver and the engine's named states (all, or only ``names``) back to the last

@@ -147,17 +147,13 @@ class Engine:
 
     # ----- making BlockSets -----
     def from_values(self, values: Sequence[Any]) -> BlockSet:
-        """A BlockSet of values held here (small ones: initial states, a restored checkpoint's)."""
+        """A BlockSet of values held here (small ones: starting states, per-block arguments, a checkpoint
+        kept in this process). On a cluster they travel inside the graph, so a lost block is sent again."""
         if self.local:
             return BlockSet(len(values), values=list(values))
         import dask.array as da
-        from dask.highlevelgraph import HighLevelGraph
 
-        futures = self._call(self.client.scatter, [_wrap(v) for v in values], hash=False)
-        name = f"values-{next(self._names)}"
-        graph = HighLevelGraph.from_collections(name, {(name, i): f for i, f in enumerate(futures)}, dependencies=[])
-        array = da.Array(graph, name, chunks=((1,) * len(values),), dtype=object, meta=np.empty((0,), object))
-        return BlockSet(len(values), array=array, persisted=True)
+        return self._new(da.from_array(_objects(values), chunks=1, name=f"values-{next(self._names)}"), len(values))
 
     def generate(self, fn: Callable, args: Sequence[tuple]) -> BlockSet:
         """Block i is ``fn(*args[i])``, computed where the block will live (a source: reading data or a
@@ -240,16 +236,20 @@ class Engine:
             return BlockSet(len(indices), values=[blockset.values[i] for i in indices])
         return self._new(blockset.array.blocks[indices], len(indices), blockset.lazy)
 
-    def regroup(self, fn: Callable, blockset: BlockSet, groups: Sequence[Sequence[int]]) -> BlockSet:
-        """Block j of the result is ``fn(*[blockset[i] for i in groups[j]])`` (values moving between blocks)."""
+    def regroup(self, fn: Callable, blockset: BlockSet, groups: Sequence[Sequence[int]],
+                args: Sequence[tuple] | None = None) -> BlockSet:
+        """Block j of the result is ``fn(*[blockset[i] for i in groups[j]], *args[j])`` (values moving between
+        blocks; ``args`` are small per-group values such as the group's own bounds)."""
+        args = args or [()] * len(groups)
         if self.local:
-            return BlockSet(len(groups), values=[fn(*(blockset.values[i] for i in g)) for g in groups])
+            return BlockSet(len(groups), values=[fn(*(blockset.values[i] for i in g), *a) for g, a in zip(groups, args)])
         import dask
         import dask.array as da
 
-        parts = blockset.array.to_delayed().ravel()
-        built = [da.from_delayed(dask.delayed(_apply_many, pure=False)(fn, *(parts[i] for i in group)),
-                                 shape=(1,), dtype=object, meta=np.empty((0,), object)) for group in groups]
+        parts = blockset.array.to_delayed(optimize_graph=False).ravel()  # optimising would rename persisted keys
+        built = [da.from_delayed(dask.delayed(_apply_many, pure=False)(fn, *(parts[i] for i in group), *extra),
+                                 shape=(1,), dtype=object, meta=np.empty((0,), object))
+                 for group, extra in zip(groups, args)]
         return self._new(da.concatenate(built), len(groups))
 
     def reduce(self, blockset: BlockSet, combine: Callable = add_stats) -> Any:

@@ -17,6 +17,7 @@ owns the rest:
 
 from __future__ import annotations
 
+import collections
 import copy
 import time
 from dataclasses import dataclass, field
@@ -29,7 +30,7 @@ from buffet.pipeline.engine.progress import Progress
 from buffet.pipeline.engine.runstore import RunStore
 
 log = logger("recovery")
-MAX_FAILURES = 5  # failed attempts at one step, in a row, before the fit gives up
+MAX_FAILURES = 5  # failed attempts at one step (counted over replays too) before the fit gives up
 
 
 class Driver(Protocol):
@@ -87,19 +88,18 @@ def _steps(driver: Driver, run: RunStore | None, position: Position, checkpoint_
     saved = checkpoints.Saved(run, driver.engine)
     if position.step == 0 or run is None:
         saved.write(driver, position.step, position.trace, 0.0 if position.step == 0 else position.seconds)
-    step, trace, failures = position.step, position.trace, 0
+    step, trace, failures = position.step, position.trace, collections.Counter()
     while not driver.finished(step, trace):
         snapshot = Snapshot(step, len(trace), copy.deepcopy(driver.global_arrays()), dict(driver.engine.states))
         try:
             record = driver.step(step)
         except ClusterFailure as exc:
-            failures += 1
-            if failures > MAX_FAILURES:
-                raise ClusterLostError(f"the cluster lost workers {MAX_FAILURES} times in a row at step {step + 1}") \
+            failures[step] += 1
+            if failures[step] > MAX_FAILURES:
+                raise ClusterLostError(f"step {step + 1} failed {MAX_FAILURES} times as the cluster lost workers") \
                     from exc
             step, trace = _recover(driver, saved, snapshot, trace, exc)
             continue
-        failures = 0
         step += 1
         record = {"step": step, **record, "seconds": time.perf_counter() - started}
         trace.append(record)

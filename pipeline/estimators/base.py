@@ -31,7 +31,6 @@ from buffet.kernels.bmf import RowStreams
 from buffet.pipeline.engine.blocks import MemoryRows
 from buffet.pipeline.engine.dataset import Source, source_of
 from buffet.pipeline.engine.engine import Engine
-from buffet.pipeline.engine.executors import DaskExecutor, Executor, SyncExecutor
 from buffet.pipeline.engine.loop import Driver, Position, run_loop
 from buffet.pipeline.engine.runs import settle_config, spec_for
 from buffet.pipeline.engine.runstore import RunStore
@@ -66,9 +65,9 @@ class InvalidParameterError(UserError, ValueError):
     """``set_params`` was given a name that is not a parameter of the estimator."""
 
 
-def executor_for(client) -> Executor:
-    """The engine's executor: the Dask cluster of ``client``, or this process."""
-    return DaskExecutor(client) if client is not None else SyncExecutor()
+def engine_for(client) -> Engine:
+    """The engine on the Dask cluster of ``client``, or in this process."""
+    return Engine(client)
 
 
 def row_streams(seed: int, X: np.ndarray, mask: np.ndarray) -> RowStreams:
@@ -137,8 +136,8 @@ def _unpack(arrays: dict[str, np.ndarray], values: dict[str, Any]) -> dict[str, 
 class Estimator:
     """Base of the estimators (module docstring). A subclass names its config class and its model
     (as ``buffet fit`` knows it), the kind of data it reads (``inputs.COUNTS`` or ``inputs.DENSE``),
-    and implements ``_fit(config, source, engine, run)``, which sets ``trace_`` (the engine's steps;
-    ``n_iter_`` is their number)."""
+    and implements ``_fit(config, source, engine, run)`` (a ``dataset.Source`` and an ``Engine``), which
+    sets ``trace_`` (the engine's steps; ``n_iter_`` is their number)."""
 
     config_cls: ClassVar[type]
     model_name: ClassVar[str]
@@ -192,8 +191,8 @@ class Estimator:
         config = self._config()
         data = training_data(X, mask, self.input_kind)
         self._forget()
-        data_source, run = self._run_source(data, config, run_dir)
-        source, engine = source_of(data_source), Engine(client)
+        source, run = self._run_source(data, config, run_dir)
+        engine = engine_for(client)
         config, self.selection_ = settle_config(spec_for(self.model_name), config, source, engine)
         if run is not None and self.selection_ is not None:
             run.record_selection(self.selection_, asdict(config))
@@ -215,17 +214,17 @@ class Estimator:
         for name in [k for k in vars(self) if k.endswith("_") and not k.startswith("_")]:
             delattr(self, name)
 
-    def _run_source(self, data: Data, config: Any, run_dir) -> tuple[str | MemoryRows, RunStore | None]:
+    def _run_source(self, data: Data, config: Any, run_dir) -> tuple[Source, RunStore | None]:
         """Where the driver reads and the run folder it checkpoints into (``fit``'s docstring)."""
         if run_dir is None:
-            return data.source, None
+            return source_of(data.source), None
         if isinstance(data.source, str):
-            return data.source, RunStore.create(run_dir, self.model_name, data.source, asdict(config))
+            return source_of(data.source), RunStore.create(run_dir, self.model_name, data.source, asdict(config))
         store = str(Path(run_dir).resolve() / "data.zarr")
         run = RunStore.create(run_dir, self.model_name, store, asdict(config))
         rows = data.source
         from_array(rows.X, store, _store_kind(rows, self.input_kind), mask=rows.mask)
-        return store, run
+        return source_of(store), run
 
     @staticmethod
     def _run(driver: Driver, config: Any, run: RunStore | None, position: Position | None = None) -> list[dict]:

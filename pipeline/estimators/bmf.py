@@ -14,7 +14,8 @@ import numpy as np
 from scipy.special import expit
 
 from buffet.kernels import bmf
-from buffet.pipeline.engine.executors import Executor
+from buffet.pipeline.engine.dataset import Source
+from buffet.pipeline.engine.engine import Engine
 from buffet.pipeline.engine.runstore import RunStore
 from buffet.pipeline.estimators.base import Estimator, row_streams
 from buffet.pipeline.estimators.inputs import DENSE, dense_rows
@@ -38,8 +39,8 @@ class BinaryMF(Estimator):
     model_name = "bmf"
     input_kind = DENSE
 
-    def _fit(self, config: Any, source, executor: Executor, run: RunStore | None) -> None:
-        driver = BMFDriver(config, source, executor)
+    def _fit(self, config: Any, source: Source, engine: Engine, run: RunStore | None) -> None:
+        driver = BMFDriver(config, source, engine)
         driver.start()
         self.trace_ = self._run(driver, config, run)
         self.U_, self.V_, self.W_ = driver.full("u"), driver.full("v"), np.asarray(driver.W, np.float64)

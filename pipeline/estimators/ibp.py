@@ -20,10 +20,12 @@ from buffet.data.errors import InputError
 from buffet.kernels import bmf
 from buffet.kernels.gibbs_noisy_or import NoisyORObservation
 from buffet.kernels.pf_noisy_or import NoisyORParams
-from buffet.pipeline.engine.blocks import MemoryRows, resolve
-from buffet.pipeline.engine.executors import Executor
+from buffet.pipeline.engine.blocks import MemoryRows
+from buffet.pipeline.engine.dataset import Source, source_of
+from buffet.pipeline.engine.engine import Engine
+from buffet.pipeline.engine.loop import Position
 from buffet.pipeline.engine.runstore import RunStore
-from buffet.pipeline.estimators.base import Estimator, executor_for, row_streams
+from buffet.pipeline.estimators.base import Estimator, engine_for, row_streams
 from buffet.pipeline.estimators.inputs import DENSE, dense_matrix, dense_rows
 from buffet.pipeline.models.gibbs import GibbsDriver, LGGibbsConfig, NoisyORGibbsConfig
 from buffet.pipeline.models.particles import LGParticleConfig, NoisyORParticleConfig, ParticleDriver
@@ -86,15 +88,19 @@ class _ParticleFilter(_IBPModel):
     """Particle filter estimators (SPEC 3.3): rows are processed in order, so ``partial_fit`` continues
     the filter with more rows, and ``score`` propagates a copy of the particles through new rows."""
 
-    def _fit(self, config: Any, source, executor: Executor, run: RunStore | None) -> None:
-        driver = ParticleDriver(config, source, executor, self.label)
+    def _fit(self, config: Any, source: Source, engine: Engine, run: RunStore | None) -> None:
+        driver = ParticleDriver(config, source, engine, self.label)
         driver.start()
         self.trace_ = self._run(driver, config, run)
-        self.masked_ = resolve(source).has_mask if isinstance(source, str) else source.mask is not None
+        self.masked_ = driver.rows.mask is not None
         self._keep(driver)
 
     def _keep(self, driver: ParticleDriver) -> None:
-        self.particles_ = driver.state_arrays(driver.n_rows)
+        """The filter's globals and particle arrays (``particles_``: ``weights``, ``log_evidence``,
+        ``rows_done`` and ``block<b>_<array>``), its log-evidence estimate and the posterior summary."""
+        self.particles_ = {name: np.asarray(value) for name, value in driver.global_arrays().items()}
+        for b, block in enumerate(driver.particle_blocks()):
+            self.particles_.update({f"block{b}_{name}": getattr(block, name) for name in block.FEATURE_AXES})
         self.n_rows_ = int(driver.n_rows)
         self.log_evidence_ = float(driver.log_evidence)
         self._keep_summary(driver.posterior())
@@ -117,9 +123,17 @@ class _ParticleFilter(_IBPModel):
             full = np.ones(data.shape, bool)
             if observed is not None:
                 full[n_old:] = observed
-        driver = ParticleDriver(config, MemoryRows(data, full), executor_for(client), self.label)
-        driver.restore(_extend_rows(self.particles_, data.shape[0]), None)
+        driver = ParticleDriver(config, source_of(MemoryRows(data, full)), engine_for(client), self.label)
+        blocks = [config.BLOCK_CLS(n_rows=n_old, **{name: self._block_array(b, name, data.shape[0])
+                                                   for name in config.BLOCK_CLS.FEATURE_AXES})
+                  for b in range(driver.n_blocks)]
+        driver.continue_from(blocks, {name: self.particles_[name] for name in ("weights", "log_evidence", "rows_done")})
         return driver
+
+    def _block_array(self, block: int, name: str, n_rows: int) -> np.ndarray:
+        """Array ``name`` of a fitted particle block, Z padded with zero rows to ``n_rows`` rows."""
+        value = self.particles_[f"block{block}_{name}"]
+        return np.pad(value, ((0, 0), (0, n_rows - value.shape[1]), (0, 0))) if name == "Z" else value
 
     def partial_fit(self, X, y=None, *, mask=None, client=None) -> "_ParticleFilter":
         """Continue the filter with the rows of ``X`` (appended after the rows seen so far) through the
@@ -128,7 +142,8 @@ class _ParticleFilter(_IBPModel):
         if not hasattr(self, "n_features_in_"):
             return self.fit(X, mask=mask, client=client)
         driver = self._continued(X, mask, client)
-        self.trace_ = self._run(driver, self._config(), None, self.n_rows_, list(self.trace_))
+        self.trace_ = self._run(driver, self._config(), None,
+                                Position(self.n_rows_, list(self.trace_), self.trace_[-1]["seconds"]))
         self.n_iter_ = len(self.trace_)
         self._keep(driver)
         return self
@@ -137,7 +152,7 @@ class _ParticleFilter(_IBPModel):
         """log p(X | training rows) per row of ``X``: the filter's evidence increments while a copy of the
         fitted particles processes the rows of ``X`` (SPEC 3.3 weights; the fitted model is unchanged)."""
         driver = self._continued(X, mask, client)
-        self._run(driver, self._config(), None, self.n_rows_)
+        self._run(driver, self._config(), None, Position(self.n_rows_))
         return (driver.log_evidence - self.log_evidence_) / (driver.n_rows - self.n_rows_)
 
 
@@ -146,14 +161,14 @@ class _GibbsSampler(_IBPModel):
     sweeps; the reference sample of ``transform`` is the last sample of the chain whose last log joint
     is highest."""
 
-    def _fit(self, config: Any, source, executor: Executor, run: RunStore | None) -> None:
-        driver = GibbsDriver(config, source, executor, self.label)
+    def _fit(self, config: Any, source: Source, engine: Engine, run: RunStore | None) -> None:
+        driver = GibbsDriver(config, source, engine, self.label)
         driver.start()
         self.trace_ = self._run(driver, config, run)
         self._keep_summary(driver.posterior())
         last = self.trace_[-1]
         best = int(np.argmax([last[f"log_joint_{c}"] for c in range(config.chains)]))
-        state = executor.gather(driver.chains[best]).state
+        state = driver.chain(best).state
         self.chain_ = best
         self.Z_ = np.asarray(state.Z, bool)
         self.sample_features_ = np.asarray(config.features(driver.rows, state), np.float64)
@@ -172,15 +187,6 @@ class _GibbsSampler(_IBPModel):
         E[z_i] and the reference sample's features F (Gaussian at its sigma_X, or noisy-OR); higher is better."""
         nu, X, mask, model = self._new_rows(X, mask, sweeps)
         return float(np.mean(model.rows(X, mask, nu @ self._reference()[1])))
-
-
-def _extend_rows(arrays: dict[str, np.ndarray], n_rows: int) -> dict[str, np.ndarray]:
-    """Particle arrays with the Z of every block padded with zero rows to ``n_rows`` rows."""
-    out = dict(arrays)
-    for key, value in arrays.items():
-        if key.startswith("block") and key.endswith("_Z"):
-            out[key] = np.pad(value, ((0, 0), (0, n_rows - value.shape[1]), (0, 0)))
-    return out
 
 
 class LinearGaussianParticleFilter(_ParticleFilter):

@@ -18,15 +18,17 @@ import numpy as np
 import scipy.sparse as sp
 
 from buffet.kernels import bnmf, cnmf
-from buffet.pipeline.engine.blocks import MemoryRows, read_block, row_ranges, task_source
-from buffet.pipeline.engine.executors import Executor
+from buffet.kernels.bnmf import top_words, topic_word
+from buffet.pipeline.engine.blocks import MemoryRows, row_ranges
+from buffet.pipeline.engine.dataset import Source, count_blocks, source_of
+from buffet.pipeline.engine.engine import Engine
 from buffet.pipeline.engine.runstore import RunStore
 from buffet.pipeline.engine.seeds import stream
-from buffet.pipeline.estimators.base import Estimator, executor_for
+from buffet.pipeline.estimators.base import Estimator, engine_for
 from buffet.pipeline.estimators.inputs import COUNTS, memory_rows
-from buffet.pipeline.models.bnmf import BNMFConfig, BNMFDriver, corpus_from_source
-from buffet.pipeline.models.cnmf import CNMFConfig, CNMFDriver
-from buffet.pipeline.reports.bnmf import top_words, topic_word
+from buffet.pipeline.models.bnmf import BNMF, BNMFConfig
+from buffet.pipeline.models.cnmf import CNMF, CNMFConfig
+from buffet.pipeline.models.topics import TopicDriver, corpus_from_source
 
 NO_ROWS = np.zeros(0, dtype=np.int64)
 
@@ -36,19 +38,20 @@ class _TopicModel(Estimator):
 
     input_kind = COUNTS
     positional = ("n_topics",)
-    driver_cls: ClassVar[type]
+    model_cls: ClassVar[type]
     title: ClassVar[str]
     global_names: ClassVar[tuple[str, ...]] = ("g", "h", "docs_seen")
 
-    def _fit(self, config: Any, source, executor: Executor, run: RunStore | None) -> None:
-        split = config.split if isinstance(source, str) else None
+    def _driver(self, config: Any, source: Source, engine: Engine, split: str | None) -> TopicDriver:
         corpus = corpus_from_source(source, split, self.title)
-        corpus.source = task_source(source, executor)
-        driver = self.driver_cls(config, corpus, executor)
+        return TopicDriver(self.model_cls.of(config, corpus.n_words), corpus, engine, self.model_name)
+
+    def _fit(self, config: Any, source: Source, engine: Engine, run: RunStore | None) -> None:
+        driver = self._driver(config, source, engine, config.split if source.url is not None else None)
         driver.start()
         self.trace_ = self._run(driver, config, run)
         self.n_steps_ = len(self.trace_)
-        self.vocab_ = corpus.vocab
+        self.vocab_ = driver.corpus.vocab
         self._keep(driver)
 
     def partial_fit(self, X, y=None, *, total_docs: int = 1_000_000, client=None) -> "_TopicModel":
@@ -61,25 +64,21 @@ class _TopicModel(Estimator):
         first = not hasattr(self, "n_features_in_")
         if not first:
             self._check_columns(m.shape[1])
-        executor = executor_for(client)
-        rows = MemoryRows(m)
-        corpus = corpus_from_source(rows, None, self.title)
-        corpus.source = task_source(rows, executor)
-        driver = self.driver_cls(config, corpus, executor)
+        engine = engine_for(client)
+        driver = self._driver(config, source_of(MemoryRows(m)), engine, None)
         if first:
             driver.start(n_tokens=m.sum() * total_docs / m.shape[0], n_docs=total_docs)
             self.n_steps_, self.trace_, self.vocab_ = 0, [], None
         else:
             driver.set_globals({name: getattr(self, f"{name}_") for name in self.global_names})
-        blocks = [executor.submit(read_block, corpus.source, r0, r1, NO_ROWS)
-                  for r0, r1 in row_ranges(m.shape[0], config.chunk_rows)]
+        blocks = count_blocks(engine, driver.corpus.source, row_ranges(m.shape[0], config.chunk_rows), NO_ROWS)
         driver.svi_update(blocks, self.n_steps_, total_docs)
         self.n_steps_ += 1
         self._keep(driver)
         self.n_features_in_ = m.shape[1]
         return self
 
-    def _keep(self, driver: BNMFDriver) -> None:
+    def _keep(self, driver: TopicDriver) -> None:
         """The driver's globals as fitted attributes (``g_``, ``h_``, ...) and what follows from them."""
         for name, value in driver.global_arrays().items():
             setattr(self, f"{name}_", value)
@@ -105,7 +104,7 @@ class BayesianNMF(_TopicModel):
 
     config_cls = BNMFConfig
     model_name = "bnmf"
-    driver_cls = BNMFDriver
+    model_cls = BNMF
     title = "Bayesian NMF"
 
     def transform(self, X, normalize: bool = False) -> np.ndarray:
@@ -139,11 +138,11 @@ class CorrelatedNMF(_TopicModel):
 
     config_cls = CNMFConfig
     model_name = "cnmf"
-    driver_cls = CNMFDriver
+    model_cls = CNMF
     title = "correlated NMF"
     global_names = ("g", "h", "docs_seen", "L")
 
-    def _keep(self, driver: CNMFDriver) -> None:
+    def _keep(self, driver: TopicDriver) -> None:
         super()._keep(driver)
         self.correlation_ = cnmf.correlation(self.L_)
 

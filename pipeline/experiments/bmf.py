@@ -1,7 +1,7 @@
 """``buffet reproduce bmf-bars`` and ``bmf-digits``: paper 003 figures 2 and 4 (SPEC 4 "bars", "digits").
 
 bmf-bars: 200 images of 8x8 pixels, V fixed to the 16 bars, U ~ IBP(alpha = 2), W ~ N(0, 1/phi),
-theta = phi = 1/2 (``kernels.bmf_data.bars_data``); the bottom halves of a quarter of the images
+theta = phi = 1/2 (``data.bmf_data.bars_data``); the bottom halves of a quarter of the images
 are held out. Linear-Gaussian BMF (IBP priors on U and V, learned from a prior draw as in the
 paper) reconstructs them; the table compares the RMSE of the posterior predictive mean against the
 noise-free images with the prior mean 0 and with the bottom half of the nearest neighbour in the
@@ -13,7 +13,7 @@ the mean reconstruction P(x = 1) and the mode (P > 0.5) of figure 4 C and D; the
 held-out AUC, log loss and pixel accuracy of the mode and of the nearest neighbour.
 
 Both fit through the engine's driver (``BMFDriver``) on a dataset store with the held-out halves
-as its ``heldout`` split, on an in-process executor.
+as its ``heldout`` split, on an in-process engine.
 """
 
 from __future__ import annotations
@@ -22,15 +22,16 @@ from pathlib import Path
 
 import numpy as np
 
+from buffet.data.bmf_data import bars_data
 from buffet.data.errors import UserError
-from buffet.kernels.bmf_data import bars_data
+from buffet.kernels.bmf import heldout_scores
+from buffet.pipeline.engine.dataset import source_of
+from buffet.pipeline.engine.engine import Engine
+from buffet.pipeline.engine.loop import Position, run_loop
 from buffet.pipeline.experiments import registry as reproduce
-from buffet.pipeline.models.bmf import BMFConfig, BMFDriver
-from buffet.pipeline.reports.bmf import heldout_scores
-from buffet.pipeline.engine.executors import SyncExecutor
-from buffet.pipeline.engine.fitloop import run_loop
-from buffet.pipeline.reports.plots import new_figure, save_figure
 from buffet.pipeline.experiments.common import markdown_table, mean_std, write_csv, write_markdown, write_store
+from buffet.pipeline.models.bmf import BMFConfig, BMFDriver
+from buffet.pipeline.reports.plots import new_figure, save_figure
 
 SIDE = 8
 HALF = SIDE * SIDE // 2  # pixels of the top half (row-major images)
@@ -39,9 +40,9 @@ SHOWN = 8                # images shown in a figure
 
 def fit_bmf(x: np.ndarray, missing: np.ndarray, kind: str, config: BMFConfig, path: Path) -> BMFDriver:
     """A finished BMF driver on ``x`` with the ``missing`` entries as the held-out split."""
-    driver = BMFDriver(config, write_store(x, None, missing, path, kind, 64), SyncExecutor())
+    driver = BMFDriver(config, source_of(write_store(x, None, missing, path, kind, 64)), Engine())
     driver.start()
-    run_loop(driver, None, [], quiet=True)
+    run_loop(driver, None, Position(), config.checkpoint_every, quiet=True)
     return driver
 
 

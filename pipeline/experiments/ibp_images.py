@@ -2,7 +2,7 @@
 section 2.3).
 
 Data: X = Z A + noise with the four 6x6 latent images, Z ~ Bern(0.5) of size 50 x 4 and noise of
-variance 0.5 (``kernels.ibp_images.make_images``), a new draw per seed. IMF and INMF run through the
+variance 0.5 (``data.ibp_images.make_images``), a new draw per seed. IMF and INMF run through the
 engine's ``IMFDriver`` with growth forced up to K+ = 8 (patience = max_k = 8), so the converged
 evidence L(q; K+) is recorded for every K+ = 1..8; the paper's figure peaks at K+ = 4.
 
@@ -20,7 +20,7 @@ from pathlib import Path
 import numpy as np
 
 from buffet.kernels import imf
-from buffet.kernels.ibp_images import make_images
+from buffet.data.ibp_images import make_images
 from buffet.pipeline.engine.blocks import MemoryRows
 from buffet.pipeline.experiments import registry as reproduce
 from buffet.pipeline.models.imf import IMFConfig, INMFConfig, fit_to_end

@@ -1,9 +1,10 @@
 """Binary matrix factorization on the engine: U by row panels, V by column panels, W globally
 (SPEC 2, 3.7; paper 003).
 
-The data are cut into row panels (rows of X, mask and the training split's held-out entries
-removed from the mask; ``blocks.load_training_rows``) and column panels (the same entries as rows
-of X^T, built on the workers from the row panels). One engine step is one sweep:
+The data are held on the workers in two cuts (``engine.hold``): row panels, the data's row blocks
+(X and the entries training may see: observed, not held out by the split, not in a validation
+sample; ``engine.dataset.dense_blocks``), and column panels, the same entries as rows of X^T, each
+regrouped from every row panel (``engine.regroup``). One engine step is one sweep:
 
 1. U side: the designated row panel (panel ``sweep mod P``) runs ``bmf.collapsed_panel_sweep``
    (Gibbs with the collapsed prior and, for the IBP, new features by Metropolis-Hastings) with the
@@ -17,36 +18,40 @@ of X^T, built on the workers from the row panels). One engine step is one sweep:
 4. phi, theta, alpha and lambda from their conjugate Gamma(``hyper_shape``, ``hyper_rate``)
    conditionals, unless ``learn_hyper`` is off.
 
-The binary matrices are small (I x K+, J x L+ bits) and are kept on the client, which needs them
-whole to form the other side's loadings; panels of X stay on the workers. Every random draw
-comes from ``stream(seed, purpose, sweep, panel)``, so a seed gives the same chain on any number
-of workers. After ``burn_in`` sweeps each row panel adds its predictive means E[x_ij | U, V, W]
-(``bmf.mean_of``) to a running sum kept beside it; their average over retained sweeps is the
-posterior predictive mean of every entry, held-out ones included (section 3.4).
+The binary matrices are small (I x K+, J x L+ bits) and stay on the client, which needs them whole
+to form the other side's loadings: with W, the hyperparameters and the count of retained sweeps they
+are the driver's globals (``global_arrays``). A panel's task is sent its own rows of U or V
+(``engine.from_values``) and, as plain arguments, W and the other side's whole matrix. Every random draw comes from
+``stream(seed, purpose, sweep, panel)``, made inside the task that uses it, so a seed gives the same
+chain on any number of workers and a step tried again draws the same numbers. After ``burn_in``
+sweeps each row panel adds its predictive means E[x_ij | U, V, W] (``bmf.mean_of``) to a running sum,
+the named per-block state "pred"; their average over retained sweeps is the posterior predictive
+mean of every entry, held-out ones included (section 3.4).
 """
 
 from __future__ import annotations
 
 import math
-import time
 from dataclasses import dataclass
+from functools import partial
 
 import numpy as np
 
 from buffet.data.errors import InputError, UserError
+from buffet.data.splits import EntrySample
 from buffet.data.store import DenseRows, check_values
 from buffet.kernels import bmf
 from buffet.kernels.ibp_prior import sample_ibp
-from buffet.data.splits import EntrySample
-from buffet.pipeline.engine.blocks import Source, load_training_rows, resolve, row_ranges, target_entries, task_source
+from buffet.pipeline.engine.blocks import row_ranges
 from buffet.pipeline.engine.cluster import single_threaded_blas
-from buffet.pipeline.engine.executors import Executor, tree_reduce
-from buffet.pipeline.engine.runstore import RunStore
+from buffet.pipeline.engine.dataset import Source, dense_blocks, read_seen_chunk
+from buffet.pipeline.engine.engine import BlockSet, Engine
 from buffet.pipeline.engine.seeds import stream
 from buffet.pipeline.engine.selection import Candidate
 from buffet.pipeline.engine.settings import (SelectionSettings, checkpoint_option, option, require_counts,
                                              require_positive, split_option)
 
+PRED = "pred"  # the named state of the running sums of predictive means, one block per row panel
 FEATURE_CAPS = (2, 4, 8)  # finite K = L tried beside the configured priors when chosen on validation
 DATA_KINDS = {"logistic": "binary", "poisson": "counts"}  # values each observation model accepts
 
@@ -130,9 +135,12 @@ def structural_candidates(config: BMFConfig) -> list[Candidate]:
     return [Candidate(label(k, l), {"finite_k": k, "finite_l": l}) for k, l in options]
 
 
-# ----- block tasks -----
+# ----- block tasks (run where the panels are) -----
 
-def check_task(rows: DenseRows, kind: str | None, where: str) -> str | None:
+RandomKey = tuple  # (seed, purpose, sweep): with the panel, the key of a task's ``stream``
+
+
+def check_task(rows: DenseRows, where: str, kind: str | None) -> str | None:
     """Why the panel's observed values do not suit the observation model (SPEC 1 bad input), or None.
 
     Returned rather than raised, so the client raises it as one error without a worker's traceback log.
@@ -145,26 +153,40 @@ def check_task(rows: DenseRows, kind: str | None, where: str) -> str | None:
     return None
 
 
-def column_panel_task(c0: int, c1: int, *row_panels: DenseRows) -> DenseRows:
-    """Columns [c0, c1) of X as rows of X^T (the V side's panel), from the row panels."""
+def panels_of(*row_panels: DenseRows) -> tuple[DenseRows, ...]:
+    """Every row panel together, for the column panels to be cut from (``engine.regroup``)."""
+    return row_panels
+
+
+def column_panel(row_panels: tuple[DenseRows, ...], index: int, bounds: list[tuple[int, int]]) -> DenseRows:
+    """Column panel ``index`` (columns ``bounds[index]`` of X) as rows of X^T (the V side's panel)."""
+    c0, c1 = bounds[index]
     return DenseRows(np.vstack([p.X[:, c0:c1] for p in row_panels]).T.copy(),
                      np.vstack([p.mask[:, c0:c1] for p in row_panels]).T.copy())
 
 
-def collapsed_task(rows: DenseRows, Z: np.ndarray, W: np.ndarray, other: np.ndarray, counts_rest: np.ndarray,
-                   n_rows: int, prior: bmf.BinaryPrior, model: bmf.Observation, w0: float, phi: float,
-                   rng: np.random.Generator, move_size: int) -> tuple[np.ndarray, np.ndarray]:
-    return bmf.collapsed_panel_sweep(rows.X, rows.mask, Z, W, other, counts_rest, n_rows, prior, model, w0, phi, rng,
-                                     move_size)
+def zero_sums(rows: DenseRows) -> np.ndarray:
+    """A row panel's running sum of predictive means before the first retained sweep."""
+    return np.zeros(rows.X.shape)
 
 
-def conditional_task(rows: DenseRows, Z: np.ndarray, W: np.ndarray, other: np.ndarray, pi: np.ndarray,
-                     active: np.ndarray, model: bmf.Observation, rng: np.random.Generator,
-                     move_size: int) -> np.ndarray:
-    return bmf.conditional_panel_sweep(rows.X, rows.mask, Z, W, other, pi, active, model, rng, move_size)
+def collapsed_task(rows: DenseRows, Z: np.ndarray, panel: int, W: np.ndarray, other: np.ndarray,
+                   counts_rest: np.ndarray, n_rows: int, prior: bmf.BinaryPrior, model: bmf.Observation, w0: float,
+                   phi: float, key: RandomKey, move_size: int) -> tuple[np.ndarray, np.ndarray]:
+    """The designated panel's sweep (``bmf.collapsed_panel_sweep``), drawing from ``stream(*key, panel)``."""
+    return bmf.collapsed_panel_sweep(rows.X, rows.mask, Z, W, other, counts_rest, n_rows, prior, model, w0, phi,
+                                     stream(*key, panel), move_size)
+
+
+def conditional_task(rows: DenseRows, Z: np.ndarray, panel: int, W: np.ndarray, other: np.ndarray, pi: np.ndarray,
+                     active: np.ndarray, model: bmf.Observation, key: RandomKey, move_size: int) -> np.ndarray:
+    """Another panel's sweep given pi (``bmf.conditional_panel_sweep``), drawing from ``stream(*key, panel)``."""
+    return bmf.conditional_panel_sweep(rows.X, rows.mask, Z, W, other, pi, active, model, stream(*key, panel),
+                                       move_size)
 
 
 def weight_stats_task(rows: DenseRows, U: np.ndarray, V: np.ndarray) -> dict:
+    """The panel's statistics of the Gaussian W conditional (``bmf.weight_stats``), summed by ``engine.reduce``."""
     return bmf.weight_stats(rows.X, rows.mask, U, V)
 
 
@@ -178,39 +200,58 @@ def accumulate_task(total: np.ndarray, U: np.ndarray, W: np.ndarray, V: np.ndarr
     return total + bmf.mean_of(likelihood, U @ W @ V.T)
 
 
+def target_entries(source: Source, r0: int, r1: int, split: str | None, sample: EntrySample | None) -> np.ndarray:
+    """The entries of rows [r0, r1) a fit is scored on: those of the validation ``sample`` that training
+    could see but for the sample (observed, not held out by ``split``), or, without a sample, the
+    held-out entries of ``split``."""
+    if sample is None:
+        return source.open().read_split_rows(split, "test_mask", r0, r1)
+    seen = read_seen_chunk(source, r0, r1, split, None)
+    return seen & sample.rows(r0, r1, seen.shape[1])
+
+
+def target_task(rows: DenseRows, total: np.ndarray, target: np.ndarray, retained: int) -> tuple[np.ndarray, np.ndarray]:
+    """A row panel's posterior predictive means and truths of its ``target`` entries (row order)."""
+    return total[target] / retained, rows.X[target]
+
+
 # ----- the driver -----
 
 class BMFDriver:
-    """The BMF Gibbs sampler on an executor (module docstring; the Driver protocol of fitloop)."""
+    """The BMF Gibbs sampler on the engine (module docstring; ``engine.loop.Driver``). ``validation``: an
+    entry sample left out of training and scored by ``predictions`` (``engine.selection``)."""
 
-    def __init__(self, config: BMFConfig, source: Source, executor: Executor, validation: EntrySample | None = None,
+    def __init__(self, config: BMFConfig, source: Source, engine: Engine, validation: EntrySample | None = None,
                  label: str = "bmf"):
         config.check()
-        self.config, self.source, self.executor, self.label = config, source, executor, label
-        self.validation = validation  # entries left out of training and scored by ``predictions``
-        ds = resolve(source)
-        if ds.layout != "dense":
-            raise UserError(f"{source}: BMF needs a dense dataset, got layout {ds.layout}")
-        self.split = config.split if isinstance(source, str) and config.split in ds.split_names() else None
-        self.shape = ds.shape
-        self.row_bounds = row_ranges(ds.n_rows, config.panel_rows)
-        self.col_bounds = row_ranges(ds.n_cols, config.panel_cols)
-        rows = task_source(source, executor)
-        self.rows = [executor.submit(load_training_rows, rows, r0, r1, self.split, validation)
-                     for r0, r1 in self.row_bounds]
-        kind = DATA_KINDS.get(config.likelihood)
-        problems = executor.gather([executor.submit(check_task, p, kind, f"{source} (rows {r0}-{r1 - 1})")
-                                    for p, (r0, r1) in zip(self.rows, self.row_bounds)])
-        if any(problems):
-            raise InputError(next(p for p in problems if p))
-        self.cols = [executor.submit(column_panel_task, c0, c1, *self.rows) for c0, c1 in self.col_bounds]
+        self.config, self.source, self.engine, self.label = config, source, engine, label
+        self.validation = validation
+        data = source.open()
+        if data.layout != "dense":
+            raise UserError(f"{source}: BMF needs a dense dataset, got layout {data.layout}")
+        self.split = config.split if config.split and config.split in data.split_names() else None
+        self.shape = data.shape
+        self.row_bounds = row_ranges(data.n_rows, config.panel_rows)
+        self.col_bounds = row_ranges(data.n_cols, config.panel_cols)
+        self.rows = engine.hold(dense_blocks(engine, source, self.row_bounds, self.split, validation))
+        self._check_values()
+        groups = [range(len(self.row_bounds))] * len(self.col_bounds)
+        self.cols = engine.hold(engine.map(column_panel, engine.regroup(panels_of, self.rows, groups),
+                                           engine.indices(len(self.col_bounds)), self.col_bounds))
         self.alpha, self.lam, self.phi, self.theta = config.alpha, config.lam, config.phi, config.theta
         self.U: list[np.ndarray] = []
         self.V: list[np.ndarray] = []
         self.W = np.zeros((0, 0))
-        self.pred: list = []
         self.retained = 0
-        self._t_start = time.perf_counter()
+        self.feature_sums = [0, 0]  # K+ and L+ summed over the retained sweeps
+
+    def _check_values(self) -> None:
+        """Refuse observed values the observation model cannot take, naming the panel's rows (SPEC 1)."""
+        where = self.engine.generate(str, [(f"{self.source} (rows {r0}-{r1 - 1})",) for r0, r1 in self.row_bounds])
+        problems = self.engine.gather(self.engine.map(check_task, self.rows, where,
+                                                      DATA_KINDS.get(self.config.likelihood)))
+        if any(problems):
+            raise InputError(next(p for p in problems if p))
 
     # -- state --
     @property
@@ -226,15 +267,29 @@ class BMFDriver:
         """U (I x K+) or V (J x L+) as one matrix."""
         return np.vstack(self.U if side == "u" else self.V)
 
+    def global_arrays(self) -> dict:
+        """The last sample, the hyperparameters and the retained sweeps' count and feature sums."""
+        return {"U": self.full("u"), "V": self.full("v"), "W": self.W, "alpha": self.alpha, "lam": self.lam,
+                "phi": self.phi, "theta": self.theta, "retained": self.retained,
+                "feature_sums": list(self.feature_sums)}
+
+    def set_globals(self, arrays: dict) -> None:
+        self.U, self.V = split_rows(arrays["U"], self.row_bounds), split_rows(arrays["V"], self.col_bounds)
+        self.W = np.asarray(arrays["W"], np.float64)
+        self.alpha, self.lam, self.phi, self.theta = (arrays[k] for k in ("alpha", "lam", "phi", "theta"))
+        self.retained = int(arrays["retained"])
+        self.feature_sums = list(arrays["feature_sums"])
+
     def start(self) -> None:
-        """U and V from their priors, W from N(w0, 1/phi) (paper section 4.1 initialises from the prior)."""
+        """U and V from their priors, W from N(w0, 1/phi) (paper section 4.1 initialises from the prior),
+        the running sums at zero."""
         prior_u, prior_v = self.config.priors(self.alpha, self.lam)
         U = initial_features(prior_u, self.shape[0], stream(self.config.seed, "bmf-init", 0))
         V = initial_features(prior_v, self.shape[1], stream(self.config.seed, "bmf-init", 1))
         rng = stream(self.config.seed, "bmf-init", 2)
         self.W = self.config.w0 + rng.standard_normal((U.shape[1], V.shape[1])) / math.sqrt(self.phi)
         self.U, self.V = split_rows(U, self.row_bounds), split_rows(V, self.col_bounds)
-        self.pred = [self.executor.submit(np.zeros, (r1 - r0, self.shape[1])) for r0, r1 in self.row_bounds]
+        self.engine.keep(PRED, self.engine.map(zero_sums, self.rows))
 
     def total_steps(self) -> int:
         return self.config.sweeps
@@ -246,7 +301,8 @@ class BMFDriver:
         """One sweep: U panels, V panels, W, hyperparameters; predictions after burn-in."""
         self._update_side("u", step)
         self._update_side("v", step)
-        log_lik, stats = self._update_weights(step)
+        U_panels = self.engine.from_values(self.U)
+        log_lik, stats = self._update_weights(step, U_panels)
         self._update_hyper(step, stats)
         if stats is not None:  # at the new theta
             log_lik = bmf.gaussian_log_lik(stats, self.W, self.theta)
@@ -254,29 +310,29 @@ class BMFDriver:
         U, V = self.full("u"), self.full("v")
         log_joint = (log_lik + prior_u.log_prob(U) + prior_v.log_prob(V)
                      + bmf.weight_log_prior(self.W, self.config.w0, self.phi))
-        record = {"sweep": step + 1, "k_plus": float(U.shape[1]), "l_plus": float(V.shape[1]), "log_lik": log_lik,
-                  "log_joint": log_joint,
-                  "phi": self.phi, "theta": self.theta, "alpha": self.alpha, "lam": self.lam,
-                  "retained": float(step >= self.config.burn_in)}
-        if step >= self.config.burn_in:
-            self.pred = [self.executor.submit(accumulate_task, total, Up, self.W, V, self.config.likelihood)
-                         for total, Up in zip(self.pred, self.U)]
+        retained = step >= self.config.burn_in
+        if retained:
+            self.engine.keep(PRED, self.engine.map(accumulate_task, self.engine.state(PRED), U_panels, self.W, V,
+                                                   self.config.likelihood))
             self.retained += 1
-        record["seconds"] = time.perf_counter() - self._t_start
-        return record
+            self.feature_sums = [self.feature_sums[0] + U.shape[1], self.feature_sums[1] + V.shape[1]]
+        return {"k_plus": float(U.shape[1]), "l_plus": float(V.shape[1]), "log_lik": log_lik, "log_joint": log_joint,
+                "phi": self.phi, "theta": self.theta, "alpha": self.alpha, "lam": self.lam,
+                "retained": float(retained)}
 
     def _update_side(self, side: str, step: int) -> None:
         """Designated panel collapsed, then the other panels given pi; empty features dropped (module
         docstring, steps 1-2)."""
-        ex, cfg = self.executor, self.config
+        engine, cfg = self.engine, self.config
         panels, Zs = (self.rows, self.U) if side == "u" else (self.cols, self.V)
         W_side, other = (self.W, self.full("v")) if side == "u" else (self.W.T, self.full("u"))
         prior = self.config.priors(self.alpha, self.lam)[0 if side == "u" else 1]
         star = step % len(Zs)
+        key = (cfg.seed, f"bmf-{side}", step)
         counts_rest = sum(Z.sum(axis=0) for Z in Zs) - Zs[star].sum(axis=0)
-        Z_star, W_side = ex.gather(ex.submit(collapsed_task, panels[star], Zs[star], W_side, other, counts_rest,
-                                             self.shape[side == "v"], prior, self.model, cfg.w0, self.phi,
-                                             stream(cfg.seed, f"bmf-{side}", step, star), cfg.move_size))
+        [(Z_star, W_side)] = engine.gather(engine.map(collapsed_task, engine.select(panels, [star]), Zs[star], star,
+                                                      W_side, other, counts_rest, self.shape[side == "v"], prior,
+                                                      self.model, cfg.w0, self.phi, key, cfg.move_size))
         width = W_side.shape[0]
         Zs = [Z_star if q == star else np.pad(Z, ((0, 0), (0, width - Z.shape[1]))) for q, Z in enumerate(Zs)]
         Zs = self._conditional_panels(side, step, panels, Zs, star, W_side, other, prior)
@@ -287,47 +343,49 @@ class BMFDriver:
         else:
             self.V, self.W = Zs, W_side.T
 
-    def _conditional_panels(self, side: str, step: int, panels: list, Zs: list[np.ndarray], star: int,
+    def _conditional_panels(self, side: str, step: int, panels: BlockSet, Zs: list[np.ndarray], star: int,
                             W_side: np.ndarray, other: np.ndarray, prior: bmf.BinaryPrior) -> list[np.ndarray]:
         """pi_k of the features the designated panel ``star`` uses (all, for a finite prior), then every other
         panel's rows in parallel given pi (``bmf.conditional_panel_sweep``)."""
-        ex, cfg = self.executor, self.config
+        engine, cfg = self.engine, self.config
         active = Zs[star].any(axis=0) if prior.infinite else np.ones(W_side.shape[0], bool)
         counts = sum(Z.sum(axis=0) for Z in Zs)
         pi = np.full(W_side.shape[0], 0.5)
         pi[active] = bmf.auxiliary_pi(prior, counts[active], self.shape[side == "v"],
                                       stream(cfg.seed, f"bmf-{side}-pi", step))
-        futures = {q: ex.submit(conditional_task, panels[q], Z, W_side, other, pi, active, self.model,
-                                stream(cfg.seed, f"bmf-{side}", step, q), cfg.move_size)
-                   for q, Z in enumerate(Zs) if q != star}
-        gathered = dict(zip(futures, ex.gather(list(futures.values()))))
-        return [gathered.get(q, Z) for q, Z in enumerate(Zs)]
+        others = [q for q in range(len(Zs)) if q != star]
+        if not others:
+            return Zs
+        new = engine.gather(engine.map(conditional_task, engine.select(panels, others),
+                                       engine.from_values([Zs[q] for q in others]),
+                                       engine.generate(int, [(q,) for q in others]), W_side, other, pi, active,
+                                       self.model, (cfg.seed, f"bmf-{side}", step), cfg.move_size))
+        return [Zs[star] if q == star else new[others.index(q)] for q in range(len(Zs))]
 
-    def _panel_log_lik(self, Ws: np.ndarray) -> np.ndarray:
+    def _panel_log_lik(self, U_panels: BlockSet, V: np.ndarray, Ws: np.ndarray) -> np.ndarray:
         """log p(X | U, V, W) over the observed training entries for each W of the stack Ws: one vector per
         row panel, added in panel order (one round of tasks per call; elliptical slice sampling needs a few)."""
-        V = self.full("v")
-        parts = [self.executor.submit(log_lik_task, p, U, Ws, V, self.model) for p, U in zip(self.rows, self.U)]
-        return np.sum(self.executor.gather(parts), axis=0)
+        parts = self.engine.gather(self.engine.map(log_lik_task, self.rows, U_panels, Ws, V, self.model))
+        return np.sum(parts, axis=0)
 
-    def _update_weights(self, step: int) -> tuple[float, dict | None]:
+    def _update_weights(self, step: int, U_panels: BlockSet) -> tuple[float, dict | None]:
         """W | rest (module docstring, step 3); returns the new log likelihood and the Gaussian statistics."""
         rng = stream(self.config.seed, "bmf-w", step)
+        V = self.full("v")
         if self.config.likelihood == "gaussian":
-            V = self.full("v")
-            stats = self.executor.gather(tree_reduce(self.executor, [
-                self.executor.submit(weight_stats_task, p, U, V) for p, U in zip(self.rows, self.U)]))
+            stats = self.engine.reduce(self.engine.map(weight_stats_task, self.rows, U_panels, V))
             if self.W.size:
                 with single_threaded_blas():  # BLAS threads contend on a shared client
                     self.W = bmf.sample_gaussian_w(stats, self.theta, self.phi, self.config.w0, *self.W.shape, rng)
             return bmf.gaussian_log_lik(stats, self.W, self.theta), stats
+        log_lik = partial(self._panel_log_lik, U_panels, V)
         if self.W.size == 0:
-            return float(self._panel_log_lik(self.W[None])[0]), None
-        log_lik = None
+            return float(log_lik(self.W[None])[0]), None
+        value = None
         for _ in range(self.config.ess_steps):
-            self.W, log_lik = bmf.elliptical_slice(self.W, self.config.w0, 1.0 / math.sqrt(self.phi),
-                                                   self._panel_log_lik, rng, log_lik, self.config.ess_batch)
-        return log_lik, None
+            self.W, value = bmf.elliptical_slice(self.W, self.config.w0, 1.0 / math.sqrt(self.phi), log_lik, rng,
+                                                 value, self.config.ess_batch)
+        return value, None
 
     def _update_hyper(self, step: int, stats: dict | None) -> None:
         """phi, theta, alpha, lambda from their conjugate conditionals (module docstring, step 4)."""
@@ -347,38 +405,32 @@ class BMFDriver:
             self.lam = bmf.sample_concentration(prior_v, self.W.shape[1], self.shape[1], cfg.hyper_shape,
                                                 cfg.hyper_rate, rng)
 
+    # -- what a fit gives --
+    def _check_retained(self) -> None:
+        if self.retained == 0:
+            raise UserError("no retained sweeps yet: the run stopped during burn-in (`buffet resume` it)")
+
+    def feature_means(self) -> tuple[float, float]:
+        """K+ and L+ averaged over the retained sweeps."""
+        self._check_retained()
+        return self.feature_sums[0] / self.retained, self.feature_sums[1] / self.retained
+
     def predictive_mean(self) -> np.ndarray:
         """E[x_ij | X] averaged over the retained sweeps, every entry (I x J)."""
-        if self.retained == 0:
-            raise UserError("no retained sweeps yet: the run stopped during burn-in (resume it)")
-        return np.vstack(self.executor.gather(self.pred)) / self.retained
+        self._check_retained()
+        return np.vstack(self.engine.gather(self.engine.state(PRED))) / self.retained
 
     def predictions(self) -> tuple[np.ndarray, np.ndarray]:
         """Posterior predictive means and truths of every target entry (row order): the validation entries
         of a fit given ``validation``, else the held-out entries of the split."""
         if not self.split and self.validation is None:
             raise UserError(f"{self.source}: no held-out entries to evaluate (ingest with --holdout)")
-        target = np.vstack([target_entries(self.source, r0, r1, self.split, self.validation)
-                            for r0, r1 in self.row_bounds])
-        return self.predictive_mean()[target], resolve(self.source).read_rows(0, self.shape[0]).X[target]
-
-    # -- checkpoints --
-    SCALARS = ("alpha", "lam", "phi", "theta", "retained")
-
-    def save(self, run: RunStore, step: int, trace: list[dict]) -> None:
-        folder = run.new_checkpoint_dir(step)
-        arrays = {"U": self.full("u"), "V": self.full("v"), "W": self.W,
-                  "pred_sum": np.vstack(self.executor.gather(self.pred)),
-                  **{name: np.float64(getattr(self, name)) for name in self.SCALARS}}
-        run.commit_checkpoint(folder, step, arrays, {"trace": trace})
-
-    def restore(self, arrays: dict[str, np.ndarray], folder: object) -> None:
-        self.U, self.V = split_rows(arrays["U"], self.row_bounds), split_rows(arrays["V"], self.col_bounds)
-        self.W = np.asarray(arrays["W"], np.float64)
-        for name in self.SCALARS:
-            setattr(self, name, float(arrays[name]))
-        self.retained = int(self.retained)
-        self.pred = [self.executor.submit(np.array, part) for part in split_rows(arrays["pred_sum"], self.row_bounds)]
+        self._check_retained()
+        engine = self.engine
+        targets = engine.generate(target_entries, [(self.source.part(r0, r1, engine.local), r0, r1, self.split,
+                                                    self.validation) for r0, r1 in self.row_bounds])
+        parts = engine.gather(engine.map(target_task, self.rows, engine.state(PRED), targets, self.retained))
+        return np.concatenate([p for p, _ in parts]), np.concatenate([t for _, t in parts])
 
 
 def split_rows(A: np.ndarray, bounds: list[tuple[int, int]]) -> list[np.ndarray]:

@@ -1,21 +1,21 @@
 """Gibbs baselines on the engine: independent chains in parallel (SPEC 2, 3.4; paper 001 section 4.2).
 
-Config ``chains`` chains (default 4) run side by side; an engine step is one sweep of every
-chain, one task per chain, with chain c at sweep s drawing from ``stream(seed, "chain", c, s)``,
-so results do not depend on the workers. A chain's state and its running posterior sums
-(``ibp_summary``, one unit of weight per retained sweep) stay on the workers as one future; the
-first ``burn_in`` fraction of the sweeps (10% by default, as in paper 001 section 4.2) is
-discarded. Every step records K+ and the log joint of each chain (and the hyperparameters the
-kernels resample: alpha, sigma_X and sigma_A for the linear-Gaussian model, alpha for noisy-OR).
-After the last sweep the chains' sums are tree-reduced in chain order into the posterior
-summary. A checkpoint holds every chain's state and sums.
+Config ``chains`` chains (default 4) run side by side, held by the engine as the named state
+``CHAINS``; the rows of X are read once and shared with the tasks (``Engine.share``). An engine step
+is one sweep of every chain, one task per chain, with chain c at sweep s drawing from
+``stream(seed, "chain", c, s)``, so results do not depend on the workers. A chain is its sampler state
+and its running posterior sums (``kernels.ibp_summary``, one unit of weight per retained sweep); the
+first ``burn_in`` fraction of the sweeps (10% by default, as in paper 001 section 4.2) is discarded.
+Every step records K+ and the log joint of each chain (and the hyperparameters the kernels resample:
+alpha, sigma_X and sigma_A for the linear-Gaussian model, alpha for noisy-OR) and their means over the
+chains. The posterior (``posterior``) is the chains' sums tree-reduced in chain order. The client holds
+only the number of sweeps done, so a checkpoint is that and every chain.
 """
 
 from __future__ import annotations
 
 import math
-import time
-from dataclasses import asdict, dataclass, fields
+from dataclasses import dataclass
 from typing import Any, ClassVar
 
 import numpy as np
@@ -24,14 +24,16 @@ from buffet.data.errors import UserError
 from buffet.data.store import DenseRows
 from buffet.kernels import gibbs_linear_gaussian as lg_gibbs
 from buffet.kernels import gibbs_noisy_or as nor_gibbs
+from buffet.kernels import ibp_summary
 from buffet.kernels.pf_noisy_or import NoisyORParams
-from buffet.pipeline.models import ibp_summary as ibp_summary
-from buffet.pipeline.engine.blocks import Source
-from buffet.pipeline.engine.executors import Executor, pick, tree_reduce
-from buffet.pipeline.models.particles import NOISY_OR_HELP, check_noisy_or, read_dense_rows
-from buffet.pipeline.engine.runstore import RunStore
+from buffet.pipeline.engine.dataset import Source
+from buffet.pipeline.engine.engine import Engine
 from buffet.pipeline.engine.seeds import stream
 from buffet.pipeline.engine.settings import checkpoint_option, option, require_counts, require_positive
+from buffet.pipeline.models.ibp_data import read_dense_rows
+from buffet.pipeline.models.noisy_or import NOISY_OR_HELP, noisy_or_params
+
+CHAINS = "chains"  # the named state: one Chain per block
 
 
 # ----- configs: the settings and the model-specific kernel calls -----
@@ -139,11 +141,11 @@ class NoisyORGibbsConfig(GibbsConfig):
 
     def check(self) -> None:
         super().check()
-        check_noisy_or(self)
+        noisy_or_params(self)
 
     @property
     def params(self) -> NoisyORParams:
-        return NoisyORParams(self.p, self.lam, self.eps)
+        return noisy_or_params(self)
 
     def initial_state(self, n_rows: int, n_cols: int) -> nor_gibbs.NoisyORGibbsState:
         return nor_gibbs.NoisyORGibbsState(np.zeros((n_rows, 0), bool), np.zeros((0, n_cols), bool), self.alpha)
@@ -169,8 +171,9 @@ class Chain:
     sums: ibp_summary.Summary | None = None
 
 
-def start_chain_task(config: GibbsConfig, data: DenseRows) -> Chain:
-    return Chain(config.initial_state(*data.X.shape))
+def start_chain(config: GibbsConfig, n_rows: int, n_cols: int) -> Chain:
+    """A chain before its first sweep (``GibbsConfig.initial_state``), no sums yet."""
+    return Chain(config.initial_state(n_rows, n_cols))
 
 
 def sweep_task(config: GibbsConfig, data: DenseRows, chain: Chain, sweep: int, index: int) -> tuple[Chain, dict]:
@@ -185,44 +188,27 @@ def sweep_task(config: GibbsConfig, data: DenseRows, chain: Chain, sweep: int, i
     return Chain(state, sums), record
 
 
-def chain_sums_task(chain: Chain) -> ibp_summary.Summary:
+def chain_sums(chain: Chain) -> ibp_summary.Summary:
+    """The sums of a chain's retained sweeps (what ``posterior`` reduces)."""
     return chain.sums
-
-
-def chain_arrays_task(chain: Chain, prefix: str) -> dict[str, np.ndarray]:
-    """A chain as plain arrays named ``prefix + ...`` (checkpoint; absent optional fields are left out)."""
-    arrays = {f"{prefix}{k}": np.asarray(v) for k, v in asdict(chain.state).items() if v is not None}
-    if chain.sums is not None:
-        arrays.update(ibp_summary.to_arrays(chain.sums, f"{prefix}sums_"))
-    return arrays
-
-
-def chain_from_arrays(state_cls: type, arrays: dict[str, np.ndarray], prefix: str) -> Chain:
-    """The chain ``chain_arrays_task`` stored (0-d arrays back to floats)."""
-    values = {f.name: arrays[f"{prefix}{f.name}"] for f in fields(state_cls) if f"{prefix}{f.name}" in arrays}
-    state = state_cls(**{k: float(v) if v.ndim == 0 else v for k, v in values.items()})
-    sums = ibp_summary.from_arrays(arrays, f"{prefix}sums_") if ibp_summary.has_summary(arrays, f"{prefix}sums_") \
-        else None
-    return Chain(state, sums)
 
 
 # ----- the driver -----
 
 class GibbsDriver:
-    """Parallel independent Gibbs chains (module docstring; the Driver protocol of fitloop)."""
+    """Parallel independent Gibbs chains (module docstring; the Driver protocol of ``engine.loop``)."""
 
-    def __init__(self, config: GibbsConfig, source: Source, executor: Executor, label: str = "gibbs"):
+    def __init__(self, config: GibbsConfig, source: Source, engine: Engine, label: str = "gibbs"):
         config.check()
-        self.config, self.source, self.executor, self.label = config, source, executor, label
+        self.config, self.source, self.engine, self.label = config, source, engine, label
         self.rows = read_dense_rows(source, config.BINARY)
-        self.data = executor.broadcast(self.rows)
-        self.chains: list = []
-        self.summary: ibp_summary.Summary | None = None
-        self._t_start = time.perf_counter()
+        self.data = engine.share(self.rows)
+        self.sweeps_done = 0
 
     def start(self) -> None:
-        self.chains = [self.executor.submit(start_chain_task, self.config, self.data)
-                       for _ in range(self.config.chains)]
+        """Every chain at its start: no features, the configured hyperparameters."""
+        self.engine.keep(CHAINS, self.engine.generate(start_chain, [(self.config, *self.rows.X.shape)]
+                                                      * self.config.chains))
 
     def total_steps(self) -> int:
         return self.config.sweeps
@@ -230,50 +216,37 @@ class GibbsDriver:
     def finished(self, step: int, trace: list[dict]) -> bool:
         return step >= self.config.sweeps
 
+    def global_arrays(self) -> dict:
+        return {"sweeps_done": self.sweeps_done}
+
+    def set_globals(self, arrays: dict) -> None:
+        """The globals of a checkpoint; the rows are shared again, in case the worker that held them was lost."""
+        self.sweeps_done = int(arrays["sweeps_done"])
+        self.data = self.engine.share(self.rows)
+
     def step(self, step: int) -> dict:
         """Sweep ``step`` of every chain; the record has each chain's K+ and log joint and their means."""
-        results = [self.executor.submit(sweep_task, self.config, self.data, chain, step, c)
-                   for c, chain in enumerate(self.chains)]
-        self.chains = [self.executor.submit(pick, r, 0) for r in results]
-        records = self.executor.gather([self.executor.submit(pick, r, 1) for r in results])
-        self.executor.release(results)
-        record = {"sweep": step + 1, "retained": float(step >= self.config.burn_sweeps)}
+        engine = self.engine
+        chains, records = engine.split(engine.map(sweep_task, self.config, self.data, engine.state(CHAINS), step,
+                                                  engine.indices(self.config.chains)), 2)
+        engine.keep(CHAINS, chains)
+        records = engine.gather(records)
+        self.sweeps_done = step + 1
+        record = {"retained": float(step >= self.config.burn_sweeps)}
         for key in records[0]:
             values = [r[key] for r in records]
             record[key] = float(np.mean(values))
             record.update({f"{key}_{c}": v for c, v in enumerate(values)})
-        if step + 1 >= self.config.sweeps:
-            self.summary = self._summarise()
-        record["seconds"] = time.perf_counter() - self._t_start
         return record
 
-    def _summarise(self) -> ibp_summary.Summary:
-        """The retained sweeps of all chains, tree-reduced in chain order."""
-        parts = [self.executor.submit(chain_sums_task, chain) for chain in self.chains]
-        return self.executor.gather(tree_reduce(self.executor, parts, ibp_summary.merge))
+    def chain(self, index: int) -> Chain:
+        """Chain ``index``, brought here."""
+        return self.engine.gather(self.engine.select(self.engine.state(CHAINS), [index]))[0]
 
     def posterior(self) -> dict[str, np.ndarray]:
-        """The finished run's posterior expectations (``ibp_summary.finalise``)."""
-        if self.summary is None:
+        """The posterior expectations of the retained sweeps of all chains (``ibp_summary.finalise``),
+        their sums tree-reduced in chain order."""
+        if self.sweeps_done < self.config.sweeps:
             raise UserError("the Gibbs sampler has not finished its sweeps yet (resume the run)")
-        return ibp_summary.finalise(self.summary)
-
-    # -- checkpoints --
-    def save(self, run: RunStore, step: int, trace: list[dict]) -> None:
-        folder = run.new_checkpoint_dir(step)
-        arrays: dict[str, np.ndarray] = {}
-        for part in self.executor.gather([self.executor.submit(chain_arrays_task, chain, f"chain{c}_")
-                                          for c, chain in enumerate(self.chains)]):
-            arrays.update(part)
-        if self.summary is not None:
-            arrays.update(ibp_summary.to_arrays(self.summary, "summary_"))
-        run.commit_checkpoint(folder, step, arrays, {"trace": trace})
-
-    def restore(self, arrays: dict[str, np.ndarray], folder: object) -> None:
-        """Chain states and sums (and a finished run's summary) from a checkpoint."""
-        prefixes = [f"chain{c}_" for c in range(self.config.chains)]
-        self.chains = [self.executor.submit(chain_from_arrays, self.config.STATE_CLS,
-                                            {k: v for k, v in arrays.items() if k.startswith(prefix)}, prefix)
-                       for prefix in prefixes]
-        if ibp_summary.has_summary(arrays, "summary_"):
-            self.summary = ibp_summary.from_arrays(arrays, "summary_")
+        sums = self.engine.map(chain_sums, self.engine.state(CHAINS))
+        return ibp_summary.finalise(self.engine.reduce(sums, ibp_summary.merge))

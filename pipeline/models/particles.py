@@ -1,7 +1,8 @@
 """Particle filters for IBP matrix factorization on the engine (SPEC 2, 3.3; paper 001 Algs. 2-3).
 
 The P particles are split into a fixed number of blocks (config ``blocks``, independent of the
-workers); block states are futures. One engine step processes one row i of X:
+workers), held by the engine as the named state ``PARTICLES``; the rows of X are read once and shared
+with the tasks (``Engine.share``). One step processes one row i of X:
 
 1. every block propagates its particles through row i and weights them, block-locally, with the
    generator ``stream(seed, "propagate", i, b)`` (``propagate_task``);
@@ -11,68 +12,42 @@ workers); block states are futures. One engine step processes one row i of X:
    when the effective sample size is below ``ess_threshold`` P, and otherwise keeps the weights
    (adaptive resampling: the weighted particles stay an exact importance sample, and rows with
    even weights lose no diversity);
-3. after a resampling each destination block is rebuilt as a task from the slices of its ancestors'
-   blocks (``rebuild_task``): systematic ancestors are sorted, so particles only move between
-   neighbouring blocks; the weights become uniform.
+3. after a resampling each destination block is rebuilt where it will live: the engine brings it the
+   blocks its ancestors are in (``Engine.regroup``; systematic ancestors are sorted, so particles only
+   move between neighbouring blocks) and a task takes the ancestors from them, given the small
+   per-destination lists of particle indices (``rebuild_task``); the weights become uniform.
 
-Nothing depends on the number of workers, so a fit gives the same numbers on 1 worker or 8. After
-the last row the weighted summaries of the blocks (``ibp_summary``) under the final weights are
-tree-reduced in block order. A checkpoint holds every block's arrays, the weights, the row index
-and the log-evidence; a finished run also holds its summary.
+The client holds only the weights, the log-evidence and the number of rows done
+(``global_arrays``), so a checkpoint is those and every block of ``PARTICLES``. Nothing depends on
+the number of workers, so a fit gives the same numbers on 1 worker or 8. The posterior
+(``posterior``) is the blocks' weighted summaries (``kernels.ibp_summary``) under the final weights,
+tree-reduced in block order.
 """
 
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass
 from typing import ClassVar
 
 import numpy as np
 
 from buffet.data.errors import UserError
-from buffet.data.store import DenseRows, check_values
-from buffet.kernels import ibp_prior
-from buffet.kernels.pf_linear_gaussian import LGParticles, init_lg_particles, pf_linear_gaussian_step
-from buffet.kernels.pf_noisy_or import (NoisyORParams, NoisyORParticles, init_noisy_or_particles,
-                                        pf_noisy_or_step)
+from buffet.data.store import DenseRows
+from buffet.kernels import ibp_prior, ibp_summary
+from buffet.kernels.lg_particles import LGParticles, init_lg_particles
+from buffet.kernels.pf_linear_gaussian import pf_linear_gaussian_step
+from buffet.kernels.pf_noisy_or import NoisyORParticles, init_noisy_or_particles, pf_noisy_or_step
 from buffet.kernels.pf_proposals import PROPOSALS
 from buffet.kernels.resampling import (ancestor_locations, concatenate_blocks, effective_sample_size,
                                        normalise_log_weights, select_particles, systematic_resample)
-from buffet.pipeline.models import ibp_summary as ibp_summary
-from buffet.pipeline.engine.blocks import Source, resolve
-from buffet.pipeline.engine.executors import Executor, pick, tree_reduce
-from buffet.pipeline.engine.runstore import RunStore
+from buffet.pipeline.engine.dataset import Source
+from buffet.pipeline.engine.engine import Engine
 from buffet.pipeline.engine.seeds import stream
 from buffet.pipeline.engine.settings import checkpoint_option, option, require_counts, require_positive
+from buffet.pipeline.models.ibp_data import read_dense_rows
+from buffet.pipeline.models.noisy_or import NOISY_OR_HELP, noisy_or_params
 
-
-def read_dense_rows(source: Source, binary: bool) -> DenseRows:
-    """All rows of a dense dataset (read once; SPEC 3.3 data), checked for a binary model if ``binary``."""
-    ds = resolve(source)
-    if ds.layout != "dense":
-        raise UserError(f"{source}: the IBP models need a dense dataset (real or binary)")
-    rows = ds.read_rows(0, ds.n_rows)
-    if binary:
-        check_values("binary", rows.X, str(source), rows.mask)
-    return rows
-
-
-def check_noisy_or(config: object) -> None:
-    """p, lam and eps of a noisy-OR config must lie in (0, 1) (paper 001 eq. 8)."""
-    for name in ("p", "lam", "eps"):
-        if not 0.0 < getattr(config, name) < 1.0:
-            raise UserError(f"{name} must be in (0, 1), got {getattr(config, name)}")
-
-
-# The noisy-OR parameters' help, shared by the particle filter and the Gibbs sampler (paper 001 eq. 8).
-NOISY_OR_HELP = {
-    "p": "Prior probability p that a feature is linked to a column, y_kd = 1, in (0, 1). Raise it if features "
-         "should switch on many columns each.",
-    "lam": "Probability lambda that one active, linked feature turns an entry on, in (0, 1). Lower it for noisier "
-           "data in which features often fail to show.",
-    "eps": "Leak probability epsilon that an entry is on with no active feature, in (0, 1). Raise it for data "
-           "with many spurious ones.",
-}
+PARTICLES = "particles"  # the named state: the blocks of particles
 
 
 # ----- configs: the settings and the model-specific kernel calls -----
@@ -163,14 +138,14 @@ class NoisyORParticleConfig(ParticleConfig):
 
     def check(self) -> None:
         super().check()
-        check_noisy_or(self)
+        noisy_or_params(self)
 
     def empty_block(self, size: int, n_rows: int, n_cols: int, masked: bool) -> NoisyORParticles:
         return init_noisy_or_particles(size, n_rows, n_cols)
 
     def propagate(self, block: NoisyORParticles, x: np.ndarray, observed: np.ndarray | None,
                   rng: np.random.Generator) -> tuple[NoisyORParticles, np.ndarray]:
-        return pf_noisy_or_step(block, x, self.alpha, NoisyORParams(self.p, self.lam, self.eps), rng, observed)
+        return pf_noisy_or_step(block, x, self.alpha, noisy_or_params(self), rng, observed)
 
     def features(self, block: NoisyORParticles) -> np.ndarray:
         return block.Y                  # bool; ``ibp_summary.summarise`` converts after grouping
@@ -178,37 +153,29 @@ class NoisyORParticleConfig(ParticleConfig):
 
 # ----- block tasks -----
 
-def empty_block_task(config: ParticleConfig, size: int, data: DenseRows) -> ibp_prior.IBPParticles:
-    n_rows, n_cols = data.X.shape
-    return config.empty_block(size, n_rows, n_cols, data.mask is not None)
-
-
 def propagate_task(config: ParticleConfig, block: ibp_prior.IBPParticles, data: DenseRows, row: int,
-                   index: int) -> tuple[ibp_prior.IBPParticles, np.ndarray, np.ndarray]:
-    """Row ``row`` for block ``index`` (module docstring, 1): new block, log-weights, K+ per particle."""
+                   index: int) -> tuple[ibp_prior.IBPParticles, tuple[np.ndarray, np.ndarray]]:
+    """Row ``row`` for block ``index`` (module docstring, 1): the new block, and its log-weights and K+
+    per particle (what the client gathers)."""
     observed = None if data.mask is None else data.mask[row]
     new, log_w = config.propagate(block, data.X[row], observed, stream(config.seed, "propagate", row, index))
-    return new, log_w, new.n_features
+    return new, (log_w, new.n_features)
 
 
-def rebuild_task(parts: list[tuple[ibp_prior.IBPParticles, np.ndarray]]) -> ibp_prior.IBPParticles:
-    """A destination block from (source block, particle indices) pairs in ancestor order (module docstring, 3)."""
-    return concatenate_blocks([select_particles(block, index) for block, index in parts])
+def ancestor_blocks(*blocks: ibp_prior.IBPParticles) -> tuple[ibp_prior.IBPParticles, ...]:
+    """The source blocks a destination block draws its particles from, brought together (``Engine.regroup``)."""
+    return blocks
+
+
+def rebuild_task(sources: tuple[ibp_prior.IBPParticles, ...], picks: list[np.ndarray]) -> ibp_prior.IBPParticles:
+    """A destination block: the particles ``picks[s]`` of every source block ``sources[s]``, in ancestor
+    order (module docstring, 3)."""
+    return concatenate_blocks([select_particles(block, index) for block, index in zip(sources, picks)])
 
 
 def summary_task(config: ParticleConfig, block: ibp_prior.IBPParticles, weights: np.ndarray) -> ibp_summary.Summary:
     """The weighted sums of one block under the globally normalised final weights (SPEC 3.3)."""
     return ibp_summary.summarise(block.Z, config.features(block), weights)
-
-
-def block_arrays_task(block: ibp_prior.IBPParticles) -> dict[str, np.ndarray]:
-    """The per-particle arrays of a block, for a checkpoint."""
-    return {name: getattr(block, name) for name in block.FEATURE_AXES}
-
-
-def block_from_arrays(block_cls: type, arrays: dict[str, np.ndarray], n_rows: int) -> ibp_prior.IBPParticles:
-    """The block ``block_arrays_task`` saved (restoring a checkpoint)."""
-    return block_cls(n_rows=n_rows, **arrays)
 
 
 def block_bounds(particles: int, blocks: int) -> np.ndarray:
@@ -217,28 +184,56 @@ def block_bounds(particles: int, blocks: int) -> np.ndarray:
     return (particles * np.arange(n_blocks + 1)) // n_blocks
 
 
+def resampling_plan(ancestors: np.ndarray, bounds: np.ndarray) -> tuple[list[list[int]], list[list[np.ndarray]]]:
+    """For every destination block: the source blocks its ancestors are in (ascending) and, per source, the
+    ancestors' indices within it (module docstring, 3)."""
+    source, index = ancestor_locations(ancestors, np.diff(bounds))
+    groups, picks = [], []
+    for lo, hi in zip(bounds[:-1], bounds[1:]):
+        src, idx = source[lo:hi], index[lo:hi]
+        sources = np.unique(src)
+        groups.append([int(s) for s in sources])
+        picks.append([idx[src == s] for s in sources])
+    return groups, picks
+
+
 # ----- the driver -----
 
 class ParticleDriver:
-    """The distributed particle filter (module docstring; the Driver protocol of fitloop)."""
+    """The distributed particle filter (module docstring; the Driver protocol of ``engine.loop``)."""
 
-    def __init__(self, config: ParticleConfig, source: Source, executor: Executor, label: str = "pf"):
+    def __init__(self, config: ParticleConfig, source: Source, engine: Engine, label: str = "pf"):
         config.check()
-        self.config, self.source, self.executor, self.label = config, source, executor, label
-        rows = read_dense_rows(source, config.BINARY)
-        self.n_rows = rows.n_rows
-        self.data = executor.broadcast(rows)
+        self.config, self.source, self.engine, self.label = config, source, engine, label
+        self.rows = read_dense_rows(source, config.BINARY)
+        self.n_rows = self.rows.n_rows
+        self.data = engine.share(self.rows)
         self.bounds = block_bounds(config.particles, config.blocks)
-        self.blocks: list = []
-        self.log_evidence = 0.0
-        self.weights = np.full(config.particles, 1.0 / config.particles)
         self.uniforms = stream(config.seed, "resample").random(self.n_rows)
-        self.summary: ibp_summary.Summary | None = None
-        self._t_start = time.perf_counter()
+        self.weights = np.full(config.particles, 1.0 / config.particles)
+        self.log_evidence = 0.0
+        self.rows_done = 0
+
+    @property
+    def n_blocks(self) -> int:
+        return self.bounds.size - 1
 
     def start(self) -> None:
-        self.blocks = [self.executor.submit(empty_block_task, self.config, int(size), self.data)
-                       for size in np.diff(self.bounds)]
+        """Empty blocks of particles with room for every row."""
+        n_cols, masked = self.rows.X.shape[1], self.rows.mask is not None
+        self.engine.keep(PARTICLES, self.engine.generate(self.config.empty_block,
+                                                         [(int(size), self.n_rows, n_cols, masked)
+                                                          for size in np.diff(self.bounds)]))
+
+    def continue_from(self, blocks: list[ibp_prior.IBPParticles], arrays: dict) -> None:
+        """Start from the given particle blocks and globals (``global_arrays``) instead of empty blocks: the
+        estimators' ``partial_fit`` and ``score`` continue a fitted filter through more rows."""
+        self.set_globals(arrays)
+        self.engine.keep(PARTICLES, self.engine.from_values(blocks))
+
+    def particle_blocks(self) -> list[ibp_prior.IBPParticles]:
+        """Every block of particles, brought here (in block order)."""
+        return self.engine.gather(self.engine.state(PARTICLES))
 
     def total_steps(self) -> int:
         return self.n_rows
@@ -246,81 +241,42 @@ class ParticleDriver:
     def finished(self, step: int, trace: list[dict]) -> bool:
         return step >= self.n_rows
 
+    def global_arrays(self) -> dict:
+        return {"weights": self.weights, "log_evidence": self.log_evidence, "rows_done": self.rows_done}
+
+    def set_globals(self, arrays: dict) -> None:
+        """The globals of a checkpoint; the rows are shared again, in case the worker that held them was lost."""
+        self.weights = np.asarray(arrays["weights"], np.float64)
+        self.log_evidence = float(arrays["log_evidence"])
+        self.rows_done = int(arrays["rows_done"])
+        self.data = self.engine.share(self.rows)
+
     def step(self, step: int) -> dict:
         """Row ``step``: propagate and weight every block, then resample globally (module docstring)."""
-        results = [self.executor.submit(propagate_task, self.config, block, self.data, step, b)
-                   for b, block in enumerate(self.blocks)]
-        blocks = [self.executor.submit(pick, r, 0) for r in results]
-        log_w = self.executor.gather([self.executor.submit(pick, r, 1) for r in results])
-        k_plus = self.executor.gather([self.executor.submit(pick, r, 2) for r in results])
-        self.executor.release(results)
+        engine = self.engine
+        blocks, weighed = engine.split(engine.map(propagate_task, self.config, engine.state(PARTICLES), self.data,
+                                                  step, engine.indices(self.n_blocks)), 2)
+        log_w, k_plus = (np.concatenate(parts) for parts in zip(*engine.gather(weighed)))
         with np.errstate(divide="ignore"):
             log_prior = np.log(self.weights)
-        self.weights, log_mean = normalise_log_weights(log_prior + np.concatenate(log_w))
-        self.log_evidence += log_mean + np.log(self.weights.size)    # log sum_l W_l p(x_i, z_il | past) / q
-        ess = effective_sample_size(self.weights)
-        record = {"row": step + 1, "ess": ess, "k_plus": float(self.weights @ np.concatenate(k_plus)),
-                  "log_evidence": self.log_evidence}
-        resample = step + 1 < self.n_rows and ess < self.config.ess_threshold * self.weights.size
+        weights, log_mean = normalise_log_weights(log_prior + log_w)
+        self.log_evidence += log_mean + np.log(weights.size)    # log sum_l W_l p(x_i, z_il | past) / q
+        ess = effective_sample_size(weights)
+        resample = step + 1 < self.n_rows and ess < self.config.ess_threshold * weights.size
+        record = {"ess": ess, "k_plus": float(weights @ k_plus), "log_evidence": self.log_evidence,
+                  "resampled": float(resample)}
         if resample:
-            self.blocks = self._resample(blocks, step)
-            self.weights = np.full(self.weights.size, 1.0 / self.weights.size)
-        else:
-            self.blocks = blocks
-        record["resampled"] = float(resample)
-        if step + 1 >= self.n_rows:
-            self.summary = self._summarise()
-        record["seconds"] = time.perf_counter() - self._t_start
+            groups, picks = resampling_plan(systematic_resample(weights, float(self.uniforms[step])), self.bounds)
+            blocks = engine.map(rebuild_task, engine.regroup(ancestor_blocks, blocks, groups), engine.from_values(picks))
+            weights = np.full(weights.size, 1.0 / weights.size)
+        engine.keep(PARTICLES, blocks)
+        self.weights, self.rows_done = weights, step + 1
         return record
 
-    def _resample(self, blocks: list, row: int) -> list:
-        """Global systematic resampling; destination blocks rebuilt from ancestor slices as tasks."""
-        ancestors = systematic_resample(self.weights, float(self.uniforms[row]))
-        source, index = ancestor_locations(ancestors, np.diff(self.bounds))
-        rebuilt = []
-        for lo, hi in zip(self.bounds[:-1], self.bounds[1:]):
-            src, idx = source[lo:hi], index[lo:hi]
-            parts = [(blocks[s], idx[src == s]) for s in np.unique(src)]
-            rebuilt.append(self.executor.submit(rebuild_task, parts))
-        self.executor.release(blocks)
-        return rebuilt
-
-    def _summarise(self) -> ibp_summary.Summary:
-        """Block summaries under the final weights, tree-reduced in block order (SPEC 3.3)."""
-        parts = [self.executor.submit(summary_task, self.config, block, self.weights[lo:hi])
-                 for block, lo, hi in zip(self.blocks, self.bounds[:-1], self.bounds[1:])]
-        return self.executor.gather(tree_reduce(self.executor, parts, ibp_summary.merge))
-
     def posterior(self) -> dict[str, np.ndarray]:
-        """The finished filter's posterior expectations (``ibp_summary.finalise``)."""
-        if self.summary is None:
+        """The filter's posterior expectations after every row (``ibp_summary.finalise``)."""
+        if self.rows_done < self.n_rows:
             raise UserError("the particle filter has not processed every row yet (resume the run)")
-        return ibp_summary.finalise(self.summary)
-
-    # -- checkpoints --
-    def save(self, run: RunStore, step: int, trace: list[dict]) -> None:
-        folder = run.new_checkpoint_dir(step)
-        run.commit_checkpoint(folder, step, self.state_arrays(step), {"trace": trace})
-
-    def state_arrays(self, step: int) -> dict[str, np.ndarray]:
-        """The filter after ``step`` rows as plain arrays (what a checkpoint holds and ``restore`` reads)."""
-        arrays = {"log_evidence": np.float64(self.log_evidence), "rows_done": np.int64(step),
-                  "weights": self.weights}
-        saved = self.executor.gather([self.executor.submit(block_arrays_task, b) for b in self.blocks])
-        for b, block in enumerate(saved):
-            arrays.update({f"block{b}_{name}": value for name, value in block.items()})
-        if self.summary is not None:
-            arrays.update(ibp_summary.to_arrays(self.summary, "summary_"))
-        return arrays
-
-    def restore(self, arrays: dict[str, np.ndarray], folder: object) -> None:
-        """Blocks, weights, log-evidence and (for a finished run) the summary from a checkpoint."""
-        block_cls = self.config.BLOCK_CLS
-        self.blocks = [self.executor.submit(block_from_arrays, block_cls,
-                                            {n: arrays[f"block{b}_{n}"] for n in block_cls.FEATURE_AXES},
-                                            int(arrays["rows_done"]))
-                       for b in range(self.bounds.size - 1)]
-        self.log_evidence = float(arrays["log_evidence"])
-        self.weights = arrays["weights"]
-        if ibp_summary.has_summary(arrays, "summary_"):
-            self.summary = ibp_summary.from_arrays(arrays, "summary_")
+        weights = self.engine.from_values([self.weights[lo:hi] for lo, hi in zip(self.bounds[:-1], self.bounds[1:])])
+        sums = self.engine.map(summary_task, self.config, self.engine.state(PARTICLES), weights)
+        return ibp_summary.finalise(self.engine.reduce(sums, ibp_summary.merge))

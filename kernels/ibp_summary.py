@@ -2,12 +2,13 @@
 (SPEC 3.3 "posterior summaries", 3.4, 4 "ZZ^T error"; paper 001 section 4.2).
 
 A ``Summary`` holds weighted *sums*: sum_l w_l Z_l Z_l^T, the weight of every K+, and per IBP
-equivalence class (``ibp_prior.class_key``) its mass and sum_l w_l F_l of the features F (A's
-posterior mean for linear-Gaussian particles, Y for noisy-OR) in left-ordered form. Sums of
-blocks or of sweeps merge by addition (``merge``), so particle blocks and Gibbs chains use the
-same code; ``finalise`` divides by the total weight: E[ZZ^T], P(K+), E[K+], and E[A] in the most
-probable class (feature order is only defined within a class; ``kernels.resampling`` docstring).
-``to_arrays`` / ``from_arrays`` store a summary in a checkpoint's npz without pickling.
+equivalence class its mass and sum_l w_l F_l of the features F (A's posterior mean for
+linear-Gaussian particles, Y for noisy-OR) in left-ordered form. A class is named by the hex string
+of its ``ibp_prior.class_key`` (the same order as the bytes, and a plain string key, so a summary is
+made of strings, numbers and arrays only and is checkpointed as it is). Sums of blocks or of sweeps
+merge by addition (``merge``), so particle blocks and Gibbs chains use the same code; ``finalise``
+divides by the total weight: E[ZZ^T], P(K+), E[K+], and E[A] in the most probable class (feature
+order is only defined within a class; ``kernels.resampling`` docstring).
 """
 
 from __future__ import annotations
@@ -16,18 +17,19 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from buffet.kernels.ibp_prior import class_keys
-from buffet.kernels.resampling import expected_zzt, k_plus_distribution
+from .ibp_prior import class_keys
+from .resampling import expected_zzt, k_plus_distribution
 
 
 @dataclass
 class Summary:
-    """Weighted sums over samples (module docstring); ``classes`` maps key -> (mass, feature sum)."""
+    """Weighted sums over samples (module docstring); ``classes`` maps a class's hex key to (mass,
+    feature sum)."""
 
     weight: float
     zzt: np.ndarray
     k_mass: np.ndarray
-    classes: dict[bytes, tuple[float, np.ndarray]] = field(default_factory=dict)
+    classes: dict[str, tuple[float, np.ndarray]] = field(default_factory=dict)
 
 
 def summarise(Z: np.ndarray, F: np.ndarray, weights: np.ndarray) -> Summary:
@@ -53,14 +55,14 @@ def summarise(Z: np.ndarray, F: np.ndarray, weights: np.ndarray) -> Summary:
     weighted = F[order].reshape(Z.shape[0], -1).astype(np.float64, copy=False)     # 2-D: reduceat is faster
     weighted *= weights[order, None]
     feature_sum = np.add.reduceat(weighted, starts, axis=0).reshape((starts.size,) + F.shape[1:])
-    classes: dict[bytes, tuple[float, np.ndarray]] = {}
+    classes: dict[str, tuple[float, np.ndarray]] = {}
     for group, (key, left) in enumerate(class_keys(Z[first])):
-        _add_class(classes, key, float(mass[group]), feature_sum[group][left])
+        _add_class(classes, key.hex(), float(mass[group]), feature_sum[group][left])
     return Summary(weight=float(weights.sum()), zzt=expected_zzt(Z, weights),
                    k_mass=k_plus_distribution(np.count_nonzero(Z, axis=1), weights), classes=classes)
 
 
-def _add_class(classes: dict[bytes, tuple[float, np.ndarray]], key: bytes, mass: float,
+def _add_class(classes: dict[str, tuple[float, np.ndarray]], key: str, mass: float,
                features: np.ndarray) -> None:
     """Add (mass, features) to the entry of ``key`` in place."""
     if key in classes:
@@ -85,14 +87,14 @@ def merge(left: Summary, right: Summary) -> Summary:
                    k_mass=_padded_sum(left.k_mass, right.k_mass), classes=classes)
 
 
-def unpack_class_key(key: bytes, n_rows: int) -> np.ndarray:
-    """The left-ordered N x K+ representative of a class key (inverse of ``ibp_prior.class_key``)."""
+def unpack_class_key(key: str, n_rows: int) -> np.ndarray:
+    """The left-ordered N x K+ representative of a class's hex key (inverse of ``ibp_prior.class_key``)."""
     per_column = (n_rows + 7) // 8
-    packed = np.frombuffer(key, np.uint8).reshape(-1, per_column)
+    packed = np.frombuffer(bytes.fromhex(key), np.uint8).reshape(-1, per_column)
     return np.unpackbits(packed, axis=1)[:, :n_rows].T.astype(bool)
 
 
-def most_probable_class(summary: Summary) -> bytes:
+def most_probable_class(summary: Summary) -> str:
     """Key of the class with the largest mass (ties broken by the key, so the choice is deterministic)."""
     return max(summary.classes, key=lambda k: (summary.classes[k][0], k))
 
@@ -108,34 +110,3 @@ def finalise(summary: Summary) -> dict[str, np.ndarray]:
             "k_plus_mean": np.float64(np.arange(k_dist.size) @ k_dist),
             "A_mean": features / mass, "Z_map": unpack_class_key(key, summary.zzt.shape[0]),
             "map_class_prob": np.float64(mass / total)}
-
-
-def to_arrays(summary: Summary, prefix: str) -> dict[str, np.ndarray]:
-    """A summary as plain arrays named ``prefix + ...`` (class keys and feature sums concatenated)."""
-    keys = list(summary.classes)
-    n_cols = next(iter(summary.classes.values()))[1].shape[1] if keys else 0
-    return {f"{prefix}weight": np.float64(summary.weight), f"{prefix}zzt": summary.zzt,
-            f"{prefix}k_mass": summary.k_mass,
-            f"{prefix}keys": np.frombuffer(b"".join(keys), np.uint8),
-            f"{prefix}key_len": np.array([len(k) for k in keys], np.int64),
-            f"{prefix}mass": np.array([summary.classes[k][0] for k in keys]),
-            f"{prefix}features": np.concatenate([summary.classes[k][1] for k in keys]) if keys
-            else np.zeros((0, n_cols))}
-
-
-def from_arrays(arrays: dict[str, np.ndarray], prefix: str) -> Summary:
-    """The summary ``to_arrays`` stored under ``prefix``."""
-    raw = arrays[f"{prefix}keys"].tobytes()
-    key_ends = np.cumsum(arrays[f"{prefix}key_len"])
-    keys = [raw[end - size:end] for end, size in zip(key_ends, arrays[f"{prefix}key_len"])]
-    n_rows = arrays[f"{prefix}zzt"].shape[0]
-    k_of = [len(k) // ((n_rows + 7) // 8) for k in keys]
-    feature_blocks = np.split(arrays[f"{prefix}features"], np.cumsum(k_of)[:-1]) if keys else []
-    classes = {k: (float(m), f) for k, m, f in zip(keys, arrays[f"{prefix}mass"], feature_blocks)}
-    return Summary(weight=float(arrays[f"{prefix}weight"]), zzt=arrays[f"{prefix}zzt"],
-                   k_mass=arrays[f"{prefix}k_mass"], classes=classes)
-
-
-def has_summary(arrays: dict[str, np.ndarray], prefix: str) -> bool:
-    """Whether ``arrays`` hold a summary stored under ``prefix``."""
-    return f"{prefix}weight" in arrays

@@ -4,16 +4,14 @@ X = Z A + noise with Z ~ Bern(0.5) (N x 4), A four 6x6 binary latent images flat
 (4 x 36) and Gaussian noise of variance 0.5. Variant "four" uses the project's four fixed images
 (``ibp_synthetic.latent_images``, shared with the particle-filter and Gibbs experiments); variant
 "eight_ones" draws each image at random with eight ones, as in paper 000's speed comparison. The
-base error of SPEC 4 is ``ibp_synthetic.base_error``, re-exported here.
+base error of SPEC 4 is ``kernels.metrics.base_error``.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from .ibp_synthetic import base_error, latent_images
-
-__all__ = ["base_error", "make_images", "random_images"]
+from buffet.data.ibp_synthetic import latent_images
 
 PIXELS = 36
 

@@ -1,0 +1,73 @@
+"""A Dask cluster started by hand, as a user would on a cluster of machines: `dask scheduler` and `dask
+worker` processes, each in a folder of its own, on 127.0.0.1; workers can be killed and added (issue #11:
+"remote" clusters and worker-loss tests use real processes, never mocks)."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+
+
+class HandStartedCluster:
+    """A scheduler and workers as separate processes started in their own folders under ``root``."""
+
+    def __init__(self, root: Path, env: dict | None = None):
+        self.root = root
+        self.env = {**os.environ, **(env or {})}
+        self.workers: list[subprocess.Popen] = []
+        folder = root / "scheduler"
+        folder.mkdir(parents=True)
+        self.scheduler_file = folder / "scheduler.json"
+        self.scheduler = subprocess.Popen(
+            [sys.executable, "-m", "distributed.cli.dask_scheduler", "--host", "127.0.0.1", "--port", "0",
+             "--no-dashboard", "--scheduler-file", str(self.scheduler_file)],
+            cwd=folder, env=self.env, stdout=subprocess.DEVNULL, stderr=open(folder / "log.txt", "w"),
+            start_new_session=True)
+        self.address = self._wait_for_address()
+
+    def _wait_for_address(self, timeout: float = 60.0) -> str:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.scheduler_file.exists():
+                try:
+                    return json.loads(self.scheduler_file.read_text())["address"]
+                except (ValueError, KeyError):
+                    pass
+            assert self.scheduler.poll() is None, (self.root / "scheduler" / "log.txt").read_text()
+            time.sleep(0.1)
+        raise TimeoutError("the scheduler wrote no address")
+
+    def add_worker(self, nthreads: int = 1) -> subprocess.Popen:
+        """One more `dask worker` process (no nanny: killed, it stays dead), in a folder of its own."""
+        folder = self.root / f"worker-{len(self.workers)}"
+        folder.mkdir()
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "distributed.cli.dask_worker", self.address, "--nthreads", str(nthreads),
+             "--no-nanny", "--no-dashboard", "--name", folder.name, "--local-directory", str(folder)],
+            cwd=folder, env=self.env, stdout=subprocess.DEVNULL, stderr=open(folder / "log.txt", "w"),
+            start_new_session=True)
+        self.workers.append(proc)
+        return proc
+
+    def wait_for_workers(self, n: int, timeout: float = 60.0) -> None:
+        from distributed import Client
+
+        with Client(self.address, timeout="20s") as client:
+            client.wait_for_workers(n, timeout=timeout)
+
+    def kill_worker(self, index: int) -> None:
+        """SIGKILL worker ``index`` (it does not come back)."""
+        os.killpg(self.workers[index].pid, signal.SIGKILL)
+        self.workers[index].wait()
+
+    def close(self) -> None:
+        for proc in [*self.workers, self.scheduler]:
+            if proc.poll() is None:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
