@@ -198,7 +198,8 @@ class Engine:
         broadcast, so nothing is replicated to a worker that is gone)."""
         if self.local:
             return Shared(value)
-        return Shared(self._call(self.client.scatter, value, hash=False))
+        # wrapped in a list: scatter would send a dict's or a list's items as separate futures
+        return Shared(self._call(self.client.scatter, [value], hash=False)[0])
 
     def map(self, fn: Callable, *args: Any) -> BlockSet:
         """Block i of the result is ``fn(*values)``: the i-th value of every BlockSet argument, the value of
