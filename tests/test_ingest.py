@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import gzip
-import os
 from pathlib import Path
 
 import numpy as np
@@ -11,7 +10,8 @@ import pytest
 import scipy.io
 import scipy.sparse as sp
 
-from buffet.data.errors import InputError
+from buffet.data.bundled import rolemining_path
+from buffet.data.errors import InputError, UserError
 from buffet.data.ingest_text import ingest
 from buffet.data import ldac
 from buffet.data.ldac import ingest_ldac
@@ -21,9 +21,6 @@ from buffet.data.ratings import ingest_dense_ratings, ingest_ratings
 from buffet.data.store import Dataset
 from buffet.data.textblocks import Block, RecordSpec, _parse_records_fast, _parse_records_slowly
 from buffet.data.uci import ingest_uci
-
-ROLEMINING = Path(__file__).resolve().parents[2] / "shared" / "datasets" / "rolemining"
-
 
 def random_counts(n_rows: int, n_cols: int, density: float, seed: int) -> sp.csr_matrix:
     """A sparse count matrix with some empty rows (documents without words)."""
@@ -240,12 +237,7 @@ def test_dense_ratings_jester_layout(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("name, users, perms, ones", [("domino.txt", 79, 231, 730), ("fire1.txt", 365, 709, 31951)])
 def test_rolemining_pairs(tmp_path: Path, name: str, users: int, perms: int, ones: int) -> None:
-    source = ROLEMINING / name
-    if not source.exists():
-        message = f"{source} is missing: the role-mining files ship in the project's shared/ folder, not in git"
-        if os.environ.get("CI"):
-            pytest.fail(message)  # CI always has shared/ beside the checkout
-        pytest.skip(message)
+    source = rolemining_path(name)
     ds = ingest_pairs(source, tmp_path / "users")
     assert (ds.layout, ds.kind, ds.shape, ds.has_mask) == ("dense", "binary", (users, perms), False)
     X = all_rows(ds)
@@ -256,6 +248,11 @@ def test_rolemining_pairs(tmp_path: Path, name: str, users: int, perms: int, one
     assert transposed.shape == (perms, users)
     np.testing.assert_array_equal(all_rows(transposed), X.T)
     assert transposed.split("heldout")["test_mask"].sum() == round(0.2 * users * perms)
+
+
+def test_only_the_shipped_rolemining_files_are_offered() -> None:
+    with pytest.raises(UserError, match="unknown role-mining file 'apj.txt'; the package ships domino.txt, fire1.txt"):
+        rolemining_path("apj.txt")
 
 
 def test_dispatcher(tmp_path: Path) -> None:

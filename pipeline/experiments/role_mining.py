@@ -1,9 +1,10 @@
 """``buffet reproduce role-mining``: paper 000 table 1 (SPEC 4 role mining; paper 000 section 4.3).
 
-Data: the HP Labs Domino and Firewall user-permission files (``datasets/rolemining/``), ingested with
-the product's pair ingest and transposed so that permissions are rows. Per random split (one per seed):
-20% of all entries (ones and zeros) are held out; every method is fitted on the other 80% and scored
-by the AUC of its scores on the held-out entries.
+Data: the HP Labs Domino and Firewall user-permission files that ship with the package
+(``buffet.data.bundled``, folder ``data/datasets/rolemining/``), ingested with the product's pair
+ingest and transposed so that permissions are rows. Per random split (one per seed): 20% of all
+entries (ones and zeros) are held out; every method is fitted on the other 80% and scored by the AUC
+of its scores on the held-out entries.
 
 Choices are made on a validation part of the TRAINING entries (20% of them), never on held-out
 entries: the K (1..20) of every baseline; for IMF/INMF, whether they fit row and column offsets (the
@@ -19,7 +20,6 @@ imputation, masked NMF, popularity (row rate + column rate) and popularity + SVD
 
 from __future__ import annotations
 
-import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -27,7 +27,7 @@ from typing import Iterator, Sequence
 
 import numpy as np
 
-from buffet.data.errors import UserError
+from buffet.data.bundled import rolemining_path
 from buffet.data.pairs import ingest_pairs
 from buffet.data.splits import holdout_entries
 from buffet.kernels import baselines
@@ -38,20 +38,6 @@ from buffet.pipeline.reports.plots import plt, save_figure
 from buffet.pipeline.experiments.common import (choose_k, choose_on_validation, fit_engine, markdown_table,
                                               mean_std, nmf_path, write_csv, write_markdown, write_store)
 
-ROLEMINING_PLACES = (Path("shared") / "datasets" / "rolemining", Path("..") / "shared" / "datasets" / "rolemining",
-                     Path(__file__).resolve().parents[2] / "shared" / "datasets" / "rolemining")
-
-
-def data_dir() -> Path:
-    """The folder with domino.txt and fire1.txt: $BUFFET_ROLEMINING_DIR, else the project's
-    ``shared/datasets/rolemining`` beside the working directory or the checkout."""
-    if "BUFFET_ROLEMINING_DIR" in os.environ:
-        return Path(os.environ["BUFFET_ROLEMINING_DIR"])
-    for place in ROLEMINING_PLACES:
-        if (place / DATASETS["Domino"]).exists():
-            return place
-    raise UserError("cannot find the role-mining files (domino.txt, fire1.txt); set BUFFET_ROLEMINING_DIR "
-                    "to the folder that holds them")
 DATASETS = {"Domino": "domino.txt", "Firewall": "fire1.txt"}
 TEST_FRACTION = 0.2
 VALID_FRACTION = 0.2
@@ -130,7 +116,7 @@ def baseline_paths(settings: Settings) -> dict:
 
 def load_matrix(name: str, work: Path) -> np.ndarray:
     """The permissions x users binary matrix of a role-mining file, through the product's pair ingest."""
-    ds = ingest_pairs(data_dir() / DATASETS[name], work / f"{name}.zarr", transpose=True, overwrite=True)
+    ds = ingest_pairs(rolemining_path(DATASETS[name]), work / f"{name}.zarr", transpose=True, overwrite=True)
     return np.asarray(ds.read_rows(0, ds.n_rows).X, dtype=np.float64)
 
 
