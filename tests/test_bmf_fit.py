@@ -4,8 +4,6 @@ recovery, same numbers on 1 and 2 workers, resume, the CLI and bad input."""
 import itertools
 import json
 import math
-import subprocess
-import sys
 
 import numpy as np
 import pytest
@@ -24,7 +22,7 @@ from buffet.pipeline.engine.executors import DaskExecutor, SyncExecutor
 from buffet.pipeline.experiments.bmf import nearest_bottom
 from buffet.pipeline.engine.runs import fit_run, resume_run
 
-from test_particles_fit import _assert_same, _checkpoint, buffet
+from helpers import assert_same, buffet, checkpoint
 
 
 def _log_marginal(X, mask, U, V, theta, phi, w0):
@@ -155,37 +153,36 @@ def test_logistic_and_poisson_fits_predict_held_out_entries(tmp_path, stores):
 def test_same_seed_gives_the_same_chain_on_1_and_2_workers_and_resumes(tmp_path, stores, clients):
     config = BMFConfig(likelihood="logistic", sweeps=6, burn_in=2, panel_rows=16, panel_cols=5, ess_steps=1,
                        seed=5, checkpoint_every=2)
-    results = {name: _checkpoint(fit_run("bmf", stores["binary"], tmp_path / name, config, ex, quiet=True))
+    results = {name: checkpoint(fit_run("bmf", stores["binary"], tmp_path / name, config, ex, quiet=True))
                for name, ex in (("sync", SyncExecutor()), ("1", DaskExecutor(clients[1])),
                                 ("2", DaskExecutor(clients[2])))}
-    _assert_same(results["sync"], results["1"])
-    _assert_same(results["sync"], results["2"])
+    assert_same(results["sync"], results["1"])
+    assert_same(results["sync"], results["2"])
     part = fit_run("bmf", stores["binary"], tmp_path / "part", config, SyncExecutor(), stop_after=3, quiet=True)
     assert part.status == "interrupted"
-    _assert_same(results["sync"], _checkpoint(resume_run(str(part.path), SyncExecutor(), quiet=True)))
+    assert_same(results["sync"], checkpoint(resume_run(str(part.path), SyncExecutor(), quiet=True)))
 
 
 def test_cli_fit_evaluate_export_report(tmp_path, stores):
     buffet("fit", "bmf", stores["real"], "--out", tmp_path / "run", "--sweeps", 20, "--burn-in", 5, "--seed", 2,
            "--panel-rows", 16, "--workers", 2, "--worker-kind", "threads", "--quiet")
     result = json.loads(buffet("evaluate", tmp_path / "run", "--json", "--workers", 1, "--worker-kind", "threads",
-                               "--quiet"))
+                               "--quiet").stdout)
     assert result["likelihood"] == "gaussian" and result["retained_sweeps"] == 15
     assert result["rmse"] < 1.5 and result["k_plus"] >= 1 and result["l_plus"] >= 1    # noise sd 1, signal sd ~4
     buffet("export", tmp_path / "run", "--out", tmp_path / "post.npz")
     with np.load(tmp_path / "post.npz") as post:
         assert post["predictive_mean"].shape == (60, 20)
         assert post["U"].shape[0] == 60 and post["V"].shape[0] == 20 and post["trace_k_plus"].shape == (20,)
-    files = buffet("report", tmp_path / "run", "--out", tmp_path / "report").split()
+    files = buffet("report", tmp_path / "run", "--out", tmp_path / "report").stdout.split()
     for name in ("trace_features.png", "trace_log_joint.png", "features.png"):
         assert str(tmp_path / "report" / name) in files
         assert (tmp_path / "report" / name).read_bytes()[:4] == b"\x89PNG"
 
 
 def test_bad_input_gets_a_one_line_error(tmp_path, stores):
-    proc = subprocess.run([sys.executable, "-m", "buffet.pipeline.cli", "fit", "bmf", stores["real"], "--out",
-                           str(tmp_path / "run"), "--likelihood", "logistic", "--workers", "1", "--worker-kind",
-                           "threads", "--quiet"], capture_output=True, text=True, timeout=120)
+    proc = buffet("fit", "bmf", stores["real"], "--out", tmp_path / "run", "--likelihood", "logistic", "--workers", 1,
+                  "--worker-kind", "threads", "--quiet", check=False)
     assert proc.returncode == 2
     assert proc.stderr.count("\n") == 1 and "not 0 or 1" in proc.stderr
     with pytest.raises(UserError, match="negative count"):

@@ -1,29 +1,23 @@
 """The buffet command line end to end on a LocalCluster (issue 2 CLI contract)."""
 
+import fcntl
 import json
 import os
 import signal
 import subprocess
-import sys
-import time
 
 import numpy as np
 import pytest
 
 from buffet.data.synthetic import write_uci_corpus
 
+from buffet.pipeline.cli import main
+from buffet.pipeline.engine.executors import SyncExecutor
+from buffet.pipeline.engine.runs import fit_run
+from buffet.pipeline.engine.runstore import RunStore
+from buffet.pipeline.models.bnmf import BNMFConfig
 
-def buffet(*args, check=True):
-    proc = subprocess.run([sys.executable, "-m", "buffet.pipeline.cli", *map(str, args)],
-                          capture_output=True, text=True, timeout=300)
-    if check and proc.returncode != 0:
-        raise AssertionError(f"buffet {' '.join(map(str, args))} failed:\n{proc.stderr}")
-    return proc
-
-
-def exported(run, path):
-    buffet("export", run, "--out", path)
-    return np.load(path)
+from helpers import CLI, assert_same, buffet, checkpoint, exported
 
 
 @pytest.fixture(scope="module")
@@ -60,25 +54,56 @@ def test_fit_evaluate_export_report(tmp_path, store):
     assert summary.count("word") >= 8 * 10 and "final heldout_ll" in summary
 
 
-def test_killed_fit_resumes_to_the_uninterrupted_result(tmp_path, store):
-    common = ["--k", 6, "--batch-size", 100, "--passes", 3, "--seed", 2, "--checkpoint-every", 2,
-              "--workers", 1, "--eval-every", 100]
-    buffet("fit", "bnmf", store, "--out", tmp_path / "whole", *common)
-    proc = subprocess.Popen([sys.executable, "-m", "buffet.pipeline.cli", "fit", "bnmf", str(store), "--out",
-                             str(tmp_path / "killed"), *map(str, common)],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
-    pointer = tmp_path / "killed" / "checkpoint.json"
-    deadline = time.time() + 120
-    while not pointer.exists() and time.time() < deadline and proc.poll() is None:
-        time.sleep(0.05)
-    os.killpg(proc.pid, signal.SIGKILL)
-    proc.wait()
-    status = json.loads((tmp_path / "killed" / "run.json").read_text())["status"]
-    assert status == "running", "the fit finished before it could be killed; make the corpus larger"
-    buffet("resume", tmp_path / "killed", "--workers", 2)
-    a = exported(tmp_path / "whole", tmp_path / "a.npz")
-    b = exported(tmp_path / "killed", tmp_path / "b.npz")
-    assert np.abs(a["topic_word"] - b["topic_word"]).max() <= 1e-10
+MIN_PROGRESS_LINE = 66  # bytes of a bnmf progress line past step 9: "[bnmf] step 10/84  pass=1  docs_seen=..."
+
+
+def _interrupt_after_checkpoint(args: list, checkpoint_step: int) -> subprocess.CompletedProcess:
+    """Run ``buffet ARGS`` (a fit or resume printing one progress line per step on stderr) and send it
+    SIGINT once the checkpoint of step ``checkpoint_step`` is committed; returns the ended process.
+
+    The loop commits a step's checkpoint before it computes the next step, so reading the progress line
+    of step ``checkpoint_step + 1`` proves the checkpoint is there. The stderr pipe is cut to one page
+    and left unread from then on: the run can print at most 4096 / MIN_PROGRESS_LINE = 62 more lines
+    before it blocks, so a run with more steps than that left is still running when the signal comes,
+    however fast the machine."""
+    proc = subprocess.Popen([*CLI, *map(str, args)], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                            start_new_session=True)
+    try:
+        fcntl.fcntl(proc.stderr.fileno(), fcntl.F_SETPIPE_SZ, 4096)
+        marker = f"] step {checkpoint_step + 1}/".encode()
+        for line in proc.stderr:
+            if marker in line:
+                break
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    return subprocess.CompletedProcess(args, proc.returncode, None, err.decode())
+
+
+def test_stopped_and_interrupted_fit_resumes_to_the_uninterrupted_result(tmp_path, store):
+    """``--stop-after 2`` leaves an "interrupted" run; its resume gets SIGINT (Ctrl-C) after the checkpoint
+    of step 4 and stays "running" with a checkpoint; a second resume finishes it with the numbers of an
+    uninterrupted fit (same seed). 84 steps: 79 after the signal's cue, more than the 62 that fit in the
+    pipe (``_interrupt_after_checkpoint``)."""
+    config = BNMFConfig(n_topics=6, batch_size=100, passes=7, seed=2, checkpoint_every=2, eval_every=1000)
+    flags = ["--k", 6, "--batch-size", 100, "--passes", 7, "--seed", 2, "--checkpoint-every", 2,
+             "--eval-every", 1000, "--workers", 1, "--quiet"]
+    run = tmp_path / "run"
+    assert main(["fit", "bnmf", str(store), "--out", str(run), *map(str, flags), "--stop-after", "2"]) == 0
+    assert RunStore(run).status == "interrupted" and RunStore(run).load_checkpoint()[1]["step"] == 2
+
+    stopped = _interrupt_after_checkpoint(["resume", run, "--workers", 2], checkpoint_step=4)
+    assert stopped.returncode == 130 and "buffet: interrupted;" in stopped.stderr, stopped.stderr
+    reached = RunStore(run).load_checkpoint()[1]["step"]
+    assert RunStore(run).status == "running" and 4 <= reached <= 4 + 4096 // MIN_PROGRESS_LINE
+
+    assert main(["resume", str(run), "--workers", "1", "--quiet"]) == 0
+    whole = fit_run("bnmf", str(store), tmp_path / "whole", config, SyncExecutor(), quiet=True)
+    assert RunStore(run).status == "finished" and RunStore(run).load_checkpoint()[1]["step"] == 84
+    assert_same(checkpoint(RunStore(run)), checkpoint(whole))
 
 
 def test_user_errors_are_one_line_without_traceback(tmp_path, store):

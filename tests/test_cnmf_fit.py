@@ -14,8 +14,7 @@ from buffet.pipeline.reports.cnmf import transform
 from buffet.pipeline.engine.executors import SyncExecutor
 from buffet.pipeline.engine.runs import fit_run, resume_run
 from buffet.pipeline.engine.runstore import RunStore
-from test_cli_bnmf import buffet, exported
-from test_kernels_cnmf import cnmf_corpus
+from helpers import buffet, cnmf_corpus, exported
 
 
 @pytest.fixture(scope="module")

@@ -6,15 +6,7 @@ from scipy.special import gammaln, logsumexp
 
 from buffet.kernels import bnmf, cnmf
 
-
-def cnmf_corpus(n_docs, n_words, L, rng, length=40):
-    """X_dv ~ Poisson(sum_k beta_vk exp(alpha_d + l_k . u_d)) with u_d ~ N(0, I) and alpha_d set so a
-    document has about ``length`` tokens; returns X and the normalised true topics (V x K)."""
-    beta = rng.gamma(0.1, 1.0, size=(n_words, L.shape[0]))
-    beta /= beta.sum(axis=0)
-    z = rng.normal(size=(n_docs, L.shape[1])) @ L.T
-    w = length * np.exp(z - logsumexp(z, axis=1, keepdims=True))
-    return sp.csr_matrix(rng.poisson(w @ beta.T).astype(np.float64)), beta
+from helpers import cnmf_corpus
 
 
 def _setup(seed=0, n_docs=40, n_words=30, n_topics=4, m=3):
