@@ -1,10 +1,12 @@
-"""Helpers shared by several test modules: the command line in a fresh interpreter, run checkpoints
-compared entry by entry, and a correlated NMF corpus (SPEC 3.6)."""
+"""Helpers shared by several test modules: the command line in a fresh interpreter, CSV tables, run
+checkpoints compared entry by entry, and a correlated NMF corpus (SPEC 3.6)."""
 
 from __future__ import annotations
 
+import csv
 import subprocess
 import sys
+from pathlib import Path
 
 import numpy as np
 import scipy.sparse as sp
@@ -28,6 +30,12 @@ def exported(run: object, path: object) -> dict[str, np.ndarray]:
     buffet("export", run, "--out", path)
     with np.load(path) as arrays:
         return dict(arrays)
+
+
+def read_csv(path: Path) -> list[dict[str, str]]:
+    """The rows of a CSV file with a header line (what the reproductions write), as dicts."""
+    with path.open(newline="") as f:
+        return list(csv.DictReader(f))
 
 
 def checkpoint(run: RunStore) -> tuple[dict, list[dict]]:
