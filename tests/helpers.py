@@ -1,5 +1,5 @@
-"""Helpers shared by several test modules: the command line in a fresh interpreter, CSV tables, run
-checkpoints compared entry by entry, and a correlated NMF corpus (SPEC 3.6)."""
+"""Helpers shared by several test modules: the command line in a fresh interpreter or in this process, CSV
+tables, run checkpoints compared entry by entry, and a correlated NMF corpus (SPEC 3.6)."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ import numpy as np
 import scipy.sparse as sp
 from scipy.special import logsumexp
 
+from buffet.pipeline.cli import main
 from buffet.pipeline.engine.runstore import RunStore
 
 CLI = [sys.executable, "-m", "buffet.pipeline.cli"]
@@ -25,9 +26,18 @@ def buffet(*args: object, check: bool = True) -> subprocess.CompletedProcess:
     return proc
 
 
-def exported(run: object, path: object) -> dict[str, np.ndarray]:
-    """``buffet export RUN --out PATH``, loaded."""
-    buffet("export", run, "--out", path)
+def run_main(capsys, *args: object) -> str:
+    """``buffet ARGS`` through the command line's ``main`` in this process (no interpreter start-up): it must
+    succeed; returns what it printed on stdout."""
+    status = main([str(a) for a in args])
+    out, err = capsys.readouterr()
+    assert status == 0, err
+    return out
+
+
+def exported(capsys, run: object, path: object) -> dict[str, np.ndarray]:
+    """``buffet export RUN --out PATH`` (in this process), loaded."""
+    run_main(capsys, "export", run, "--out", path)
     with np.load(path) as arrays:
         return dict(arrays)
 

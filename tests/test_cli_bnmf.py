@@ -11,13 +11,12 @@ import pytest
 
 from buffet.data.synthetic import write_uci_corpus
 
-from buffet.pipeline.cli import main
 from buffet.pipeline.engine.executors import SyncExecutor
 from buffet.pipeline.engine.runs import fit_run
 from buffet.pipeline.engine.runstore import RunStore
 from buffet.pipeline.models.bnmf import BNMFConfig
 
-from helpers import CLI, assert_same, buffet, checkpoint, exported
+from helpers import CLI, assert_same, buffet, checkpoint, exported, run_main
 
 
 @pytest.fixture(scope="module")
@@ -31,22 +30,24 @@ def store(tmp_path_factory):
     return out
 
 
-def test_fit_evaluate_export_report(tmp_path, store):
-    info = json.loads(buffet("info", store).stdout)
+def test_fit_evaluate_export_report(tmp_path, store, capsys):
+    """``buffet fit`` in its own interpreter on an embedded cluster (2 threads, with progress and the top words);
+    info, evaluate, export and report through the command line in this process."""
+    info = json.loads(run_main(capsys, "info", store))
     assert info["rows"] == 1200 and info["columns"] == 400 and "heldout" in info["splits"]
     run = tmp_path / "run"
     fit = buffet("fit", "bnmf", store, "--out", run, "--k", 8, "--batch-size", 200, "--passes", 2,
                  "--workers", 2, "--seed", 4, "--eval-every", 2)
     assert "finished" in fit.stdout and "topic" in fit.stdout
     assert "[bnmf] step" in fit.stderr  # progress lines
-    result = json.loads(buffet("evaluate", run, "--json", "--workers", 1, "--quiet").stdout)
+    result = json.loads(run_main(capsys, "evaluate", run, "--json", "--workers", 1, "--quiet"))
     assert result["heldout_docs"] == 120 and result["steps"] == 12
     assert -np.log(400) < result["heldout_loglik_per_word"] < 0  # better than uniform over words
-    arrays = exported(run, tmp_path / "fit.npz")
+    arrays = exported(capsys, run, tmp_path / "fit.npz")
     assert arrays["topic_word"].shape == (8, 400)
     np.testing.assert_allclose(arrays["topic_word"].sum(axis=1), 1.0)
     assert arrays["vocab"][0] == "word0" and len(arrays["trace_step"]) == 12
-    files = buffet("report", run, "--out", tmp_path / "report").stdout.split()
+    files = run_main(capsys, "report", run, "--out", tmp_path / "report").split()
     for name in ("heldout_loglik.png", "local_sweeps.png", "topics.png"):
         path = tmp_path / "report" / name
         assert str(path) in files and path.read_bytes()[:4] == b"\x89PNG" and path.stat().st_size > 5000
@@ -83,7 +84,7 @@ def _interrupt_after_checkpoint(args: list, checkpoint_step: int) -> subprocess.
     return subprocess.CompletedProcess(args, proc.returncode, None, err.decode())
 
 
-def test_stopped_and_interrupted_fit_resumes_to_the_uninterrupted_result(tmp_path, store):
+def test_stopped_and_interrupted_fit_resumes_to_the_uninterrupted_result(tmp_path, store, capsys):
     """``--stop-after 2`` leaves an "interrupted" run; its resume gets SIGINT (Ctrl-C) after the checkpoint
     of step 4 and stays "running" with a checkpoint; a second resume finishes it with the numbers of an
     uninterrupted fit (same seed). 84 steps: 79 after the signal's cue, more than the 62 that fit in the
@@ -92,7 +93,7 @@ def test_stopped_and_interrupted_fit_resumes_to_the_uninterrupted_result(tmp_pat
     flags = ["--k", 6, "--batch-size", 100, "--passes", 7, "--seed", 2, "--checkpoint-every", 2,
              "--eval-every", 1000, "--workers", 1, "--quiet"]
     run = tmp_path / "run"
-    assert main(["fit", "bnmf", str(store), "--out", str(run), *map(str, flags), "--stop-after", "2"]) == 0
+    run_main(capsys, "fit", "bnmf", store, "--out", run, *flags, "--stop-after", 2)
     assert RunStore(run).status == "interrupted" and RunStore(run).load_checkpoint()[1]["step"] == 2
 
     stopped = _interrupt_after_checkpoint(["resume", run, "--workers", 2], checkpoint_step=4)
@@ -100,7 +101,7 @@ def test_stopped_and_interrupted_fit_resumes_to_the_uninterrupted_result(tmp_pat
     reached = RunStore(run).load_checkpoint()[1]["step"]
     assert RunStore(run).status == "running" and 4 <= reached <= 4 + 4096 // MIN_PROGRESS_LINE
 
-    assert main(["resume", str(run), "--workers", "1", "--quiet"]) == 0
+    run_main(capsys, "resume", run, "--workers", 1, "--quiet")
     whole = fit_run("bnmf", str(store), tmp_path / "whole", config, SyncExecutor(), quiet=True)
     assert RunStore(run).status == "finished" and RunStore(run).load_checkpoint()[1]["step"] == 84
     assert_same(checkpoint(RunStore(run)), checkpoint(whole))
@@ -120,24 +121,24 @@ def test_user_errors_are_one_line_without_traceback(tmp_path, store):
     assert not (tmp_path / "r1").exists() and not (tmp_path / "r2").exists()
 
 
-def test_existing_run_is_not_overwritten(tmp_path, store):
+def test_existing_run_is_not_overwritten(tmp_path, store, capsys):
     run = tmp_path / "run"
-    buffet("fit", "bnmf", store, "--out", run, "--k", 3, "--batch-size", 600, "--workers", 1)
+    run_main(capsys, "fit", "bnmf", store, "--out", run, "--k", 3, "--batch-size", 600, "--workers", 1)
     before = (run / "checkpoint.json").read_text()
     proc = buffet("fit", "bnmf", store, "--out", run, "--k", 4, "--workers", 1, check=False)
     assert proc.returncode == 2 and "already exists" in proc.stderr
     assert (run / "checkpoint.json").read_text() == before
 
 
-def test_accelerated_local_sweeps_are_a_switch_of_fit(tmp_path, store):
+def test_accelerated_local_sweeps_are_a_switch_of_fit(tmp_path, store, capsys):
     """``--accelerate`` (BNMFConfig.accelerate, SQUAREM local sweeps) reaches held-out quality
     close to the plain sweeps' with fewer sweeps per document."""
     results = {}
     for flag in ("--no-accelerate", "--accelerate"):
         run = tmp_path / flag
-        buffet("fit", "bnmf", store, "--out", run, "--k", 8, "--batch-size", 300, "--passes", 1,
-               "--workers", 1, "--seed", 2, "--eval-every", 4, flag, "--quiet")
-        arrays = exported(run, tmp_path / f"{flag}.npz")
+        run_main(capsys, "fit", "bnmf", store, "--out", run, "--k", 8, "--batch-size", 300, "--passes", 1,
+                 "--workers", 1, "--seed", 2, "--eval-every", 4, flag, "--quiet")
+        arrays = exported(capsys, run, tmp_path / f"{flag}.npz")
         results[flag] = (arrays["trace_mean_sweeps"].mean(), arrays["trace_heldout_ll"][-1])
     (plain_sweeps, plain_ll), (fast_sweeps, fast_ll) = results["--no-accelerate"], results["--accelerate"]
     assert fast_sweeps < 0.9 * plain_sweeps

@@ -15,7 +15,7 @@ from buffet.pipeline.reports.ibp import add_true_z
 from buffet.pipeline.engine.runs import fit_run, resume_run
 from buffet.pipeline.engine.seeds import stream
 
-from helpers import assert_same, buffet, checkpoint
+from helpers import assert_same, buffet, checkpoint, run_main
 
 CONFIGS = {"gibbs-linear-gaussian": LGGibbsConfig(sweeps=10, chains=3, sigma_x=0.5, seed=2),
            "gibbs-noisy-or": NoisyORGibbsConfig(sweeps=10, chains=3, alpha=3.0, seed=2)}
@@ -74,19 +74,22 @@ def test_resumed_sampler_ends_like_an_uninterrupted_one(tmp_path, stores, model,
     assert_same(checkpoint(whole), checkpoint(resume_run(str(part.path), SyncExecutor(), quiet=True)))
 
 
-def test_cli_fit_evaluate_export_report(tmp_path, stores):
+def test_cli_fit_evaluate_export_report(tmp_path, stores, capsys):
+    """``buffet fit`` in its own interpreter on an embedded cluster of worker processes; evaluate, export and
+    report through the command line in this process."""
     buffet("fit", "gibbs-linear-gaussian", stores["gibbs-linear-gaussian"], "--out", tmp_path / "run", "--sweeps", 40,
            "--sigma-x", 0.5, "--sigma-a", 1.0, "--alpha", 1.0, "--seed", 1, "--split-merge-moves", 3, "--workers", 2,
            "--quiet")
     assert json.loads((tmp_path / "run" / "run.json").read_text())["params"]["split_merge_moves"] == 3
-    result = json.loads(buffet("evaluate", tmp_path / "run", "--json", "--workers", 1, "--quiet").stdout)
+    result = json.loads(run_main(capsys, "evaluate", tmp_path / "run", "--json", "--workers", 1, "--worker-kind",
+                                 "threads", "--quiet"))
     assert 3.0 <= result["k_plus"] <= 7.0
     assert 0.0 <= result["zzt_error"] < 100.0
-    buffet("export", tmp_path / "run", "--out", tmp_path / "post.npz")
+    run_main(capsys, "export", tmp_path / "run", "--out", tmp_path / "post.npz")
     with np.load(tmp_path / "post.npz") as post:
         assert post["zzt"].shape == (20, 20)
         assert post["trace_log_joint_3"].shape == (40,)
-    files = buffet("report", tmp_path / "run", "--out", tmp_path / "report").stdout.split()
+    files = run_main(capsys, "report", tmp_path / "run", "--out", tmp_path / "report").split()
     for name in ("zzt.png", "k_plus.png", "bases.png", "trace_k_plus.png", "trace_log_joint.png"):
         assert str(tmp_path / "report" / name) in files
         assert (tmp_path / "report" / name).read_bytes()[:4] == b"\x89PNG"

@@ -18,7 +18,7 @@ from buffet.pipeline.models.particles import LGParticleConfig, NoisyORParticleCo
 from buffet.pipeline.engine.runs import fit_run, resume_run
 from buffet.pipeline.engine.seeds import stream
 
-from helpers import assert_same, buffet, checkpoint
+from helpers import assert_same, buffet, checkpoint, run_main
 
 CONFIGS = {"pf-linear-gaussian": LGParticleConfig(particles=60, blocks=3, sigma_x=0.5, seed=3),
            "pf-noisy-or": NoisyORParticleConfig(particles=60, blocks=3, alpha=3.0, seed=3)}
@@ -135,18 +135,21 @@ def test_more_blocks_than_particles_and_bad_settings_are_handled(tmp_path, store
                 SyncExecutor(), quiet=True)
 
 
-def test_cli_fit_evaluate_export_report(tmp_path, stores):
+def test_cli_fit_evaluate_export_report(tmp_path, stores, capsys):
+    """``buffet fit`` in its own interpreter on an embedded cluster of worker processes; evaluate, export and
+    report through the command line in this process."""
     buffet("fit", "pf-linear-gaussian", stores["pf-linear-gaussian"], "--out", tmp_path / "run", "--particles", 300,
            "--sigma-x", 0.5, "--sigma-a", 1.0, "--alpha", 1.0, "--seed", 4, "--workers", 2, "--quiet")
-    result = json.loads(buffet("evaluate", tmp_path / "run", "--json", "--workers", 1, "--quiet").stdout)
+    result = json.loads(run_main(capsys, "evaluate", tmp_path / "run", "--json", "--workers", 1, "--worker-kind",
+                                 "threads", "--quiet"))
     assert 2.0 <= result["k_plus"] <= 6.0
     assert 0.0 <= result["zzt_error"] < 200.0   # all-zero E[ZZ^T] would give sum(triu(ZZ^T)) ~ 330
-    buffet("export", tmp_path / "run", "--out", tmp_path / "post.npz")
+    run_main(capsys, "export", tmp_path / "run", "--out", tmp_path / "post.npz")
     with np.load(tmp_path / "post.npz") as post:
         assert post["zzt"].shape == (24, 24)
         assert post["k_plus_dist"].sum() == pytest.approx(1.0)
         assert post["A_mean"].shape[1] == 36
-    files = buffet("report", tmp_path / "run", "--out", tmp_path / "report").stdout.split()
+    files = run_main(capsys, "report", tmp_path / "run", "--out", tmp_path / "report").split()
     for name in ("zzt.png", "k_plus.png", "bases.png", "ess.png"):
         assert str(tmp_path / "report" / name) in files
         assert (tmp_path / "report" / name).read_bytes()[:4] == b"\x89PNG"
