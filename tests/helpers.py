@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 import numpy as np
+import pytest
 import scipy.sparse as sp
 from scipy.special import logsumexp
 
@@ -26,7 +27,7 @@ def buffet(*args: object, check: bool = True) -> subprocess.CompletedProcess:
     return proc
 
 
-def run_main(capsys, *args: object) -> str:
+def run_main(capsys: pytest.CaptureFixture[str], *args: object) -> str:
     """``buffet ARGS`` through the command line's ``main`` in this process (no interpreter start-up): it must
     succeed; returns what it printed on stdout."""
     status = main([str(a) for a in args])
@@ -35,7 +36,7 @@ def run_main(capsys, *args: object) -> str:
     return out
 
 
-def exported(capsys, run: object, path: object) -> dict[str, np.ndarray]:
+def exported(capsys: pytest.CaptureFixture[str], run: object, path: object) -> dict[str, np.ndarray]:
     """``buffet export RUN --out PATH`` (in this process), loaded."""
     run_main(capsys, "export", run, "--out", path)
     with np.load(path) as arrays:

@@ -75,10 +75,10 @@ def test_resumed_sampler_ends_like_an_uninterrupted_one(tmp_path, stores, model,
 
 
 def test_cli_fit_evaluate_export_report(tmp_path, stores, capsys):
-    """``buffet fit`` in its own interpreter on an embedded cluster of worker processes; evaluate, export and
+    """``buffet fit`` in its own interpreter on an embedded cluster (a worker process); evaluate, export and
     report through the command line in this process."""
     buffet("fit", "gibbs-linear-gaussian", stores["gibbs-linear-gaussian"], "--out", tmp_path / "run", "--sweeps", 40,
-           "--sigma-x", 0.5, "--sigma-a", 1.0, "--alpha", 1.0, "--seed", 1, "--split-merge-moves", 3, "--workers", 2,
+           "--sigma-x", 0.5, "--sigma-a", 1.0, "--alpha", 1.0, "--seed", 1, "--split-merge-moves", 3, "--workers", 1,
            "--quiet")
     assert json.loads((tmp_path / "run" / "run.json").read_text())["params"]["split_merge_moves"] == 3
     result = json.loads(run_main(capsys, "evaluate", tmp_path / "run", "--json", "--workers", 1, "--worker-kind",

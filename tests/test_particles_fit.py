@@ -136,10 +136,10 @@ def test_more_blocks_than_particles_and_bad_settings_are_handled(tmp_path, store
 
 
 def test_cli_fit_evaluate_export_report(tmp_path, stores, capsys):
-    """``buffet fit`` in its own interpreter on an embedded cluster of worker processes; evaluate, export and
+    """``buffet fit`` in its own interpreter on an embedded cluster (a worker process); evaluate, export and
     report through the command line in this process."""
     buffet("fit", "pf-linear-gaussian", stores["pf-linear-gaussian"], "--out", tmp_path / "run", "--particles", 300,
-           "--sigma-x", 0.5, "--sigma-a", 1.0, "--alpha", 1.0, "--seed", 4, "--workers", 2, "--quiet")
+           "--sigma-x", 0.5, "--sigma-a", 1.0, "--alpha", 1.0, "--seed", 4, "--workers", 1, "--quiet")
     result = json.loads(run_main(capsys, "evaluate", tmp_path / "run", "--json", "--workers", 1, "--worker-kind",
                                  "threads", "--quiet"))
     assert 2.0 <= result["k_plus"] <= 6.0
