@@ -64,11 +64,11 @@ def _interrupt_after_checkpoint(args: list, checkpoint_step: int) -> subprocess.
 
     The loop commits a step's checkpoint before it computes the next step, so reading the progress line
     of step ``checkpoint_step + 1`` proves the checkpoint is there. The stderr pipe is cut to one page
-    and left unread from then on: the run can print at most 4096 / MIN_PROGRESS_LINE = 62 more lines
-    before it blocks, so a run with more steps than that left is still running when the signal comes,
-    however fast the machine."""
+    and read unbuffered (byte by byte, so nothing past that line leaves the pipe), then left unread: the
+    run can print at most 4096 / MIN_PROGRESS_LINE = 62 more lines before it blocks, so a run with more
+    steps than that left is still running when the signal comes, however fast the machine."""
     proc = subprocess.Popen([*CLI, *map(str, args)], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                            start_new_session=True)
+                            bufsize=0, start_new_session=True)
     try:
         fcntl.fcntl(proc.stderr.fileno(), fcntl.F_SETPIPE_SZ, 4096)
         marker = f"] step {checkpoint_step + 1}/".encode()
