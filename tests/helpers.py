@@ -6,6 +6,7 @@ from __future__ import annotations
 import csv
 import subprocess
 import sys
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
@@ -25,6 +26,12 @@ def buffet(*args: object, check: bool = True) -> subprocess.CompletedProcess:
     if check and proc.returncode != 0:
         raise AssertionError(f"buffet {' '.join(map(str, args))} failed:\n{proc.stderr}")
     return proc
+
+
+def buffet_side_by_side(commands: list[tuple]) -> list[subprocess.CompletedProcess]:
+    """``buffet(*args, check=False)`` for every argument tuple, the interpreters running at the same time."""
+    with ThreadPoolExecutor(len(commands)) as pool:
+        return list(pool.map(lambda args: buffet(*args, check=False), commands))
 
 
 def run_main(capsys: pytest.CaptureFixture[str], *args: object) -> str:

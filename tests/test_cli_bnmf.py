@@ -10,13 +10,14 @@ import numpy as np
 import pytest
 
 from buffet.data.synthetic import write_uci_corpus
+from buffet.pipeline.cli import main
 
 from buffet.pipeline.engine.executors import SyncExecutor
 from buffet.pipeline.engine.runs import fit_run
 from buffet.pipeline.engine.runstore import RunStore
 from buffet.pipeline.models.bnmf import BNMFConfig
 
-from helpers import CLI, assert_same, buffet, checkpoint, exported, run_main
+from helpers import CLI, assert_same, buffet, buffet_side_by_side, checkpoint, exported, run_main
 
 
 @pytest.fixture(scope="module")
@@ -25,8 +26,8 @@ def store(tmp_path_factory):
     write_uci_corpus(folder / "docword.toy.txt.gz", n_docs=1200, n_words=400, n_topics=8, mean_length=80,
                      seed=1, vocab_path=folder / "vocab.toy.txt")
     out = folder / "toy.zarr"
-    buffet("ingest", "uci", folder / "docword.toy.txt.gz", folder / "vocab.toy.txt", "--out", out,
-           "--holdout", 0.1, "--seed", 0)
+    assert main(["ingest", "uci", str(folder / "docword.toy.txt.gz"), str(folder / "vocab.toy.txt"), "--out", str(out),
+                 "--holdout", "0.1", "--seed", "0"]) == 0
     return out
 
 
@@ -113,8 +114,7 @@ def test_user_errors_are_one_line_without_traceback(tmp_path, store):
              ("fit", "bnmf", store, "--out", tmp_path / "r3", "--mode", "gibbs"),
              ("evaluate", tmp_path / "nothing", "--json"),
              ("ingest", "uci", tmp_path / "absent.txt", "--out", tmp_path / "s.zarr")]
-    for args in cases:
-        proc = buffet(*args, check=False)
+    for args, proc in zip(cases, buffet_side_by_side(cases)):
         assert proc.returncode == 2, args
         assert "Traceback" not in proc.stderr and proc.stderr.startswith("buffet: error:"), proc.stderr
         assert len(proc.stderr.strip().splitlines()) == 1, proc.stderr

@@ -14,7 +14,7 @@ from buffet.pipeline.reports.cnmf import transform
 from buffet.pipeline.engine.executors import SyncExecutor
 from buffet.pipeline.engine.runs import fit_run, resume_run
 from buffet.pipeline.engine.runstore import RunStore
-from helpers import buffet, cnmf_corpus, exported, run_main
+from helpers import buffet, buffet_side_by_side, cnmf_corpus, exported, run_main
 
 
 @pytest.fixture(scope="module")
@@ -78,9 +78,10 @@ def test_data_that_are_not_counts_get_a_one_line_error(tmp_path):
     rng = np.random.default_rng(0)
     real = from_array(rng.normal(size=(20, 6)), tmp_path / "real.zarr", "real")
     binary = from_array((rng.random((20, 6)) < 0.5).astype(float), tmp_path / "binary.zarr", "binary")
-    for ds, kind in ((real, "real"), (binary, "binary")):
-        proc = buffet("fit", "cnmf", ds.path, "--out", tmp_path / f"run-{kind}", "--k", 3, "--workers", 1,
-                      "--quiet", check=False)
+    kinds = {"real": real, "binary": binary}
+    procs = buffet_side_by_side([("fit", "cnmf", ds.path, "--out", tmp_path / f"run-{kind}", "--k", 3, "--workers", 1,
+                                  "--quiet") for kind, ds in kinds.items()])
+    for kind, proc in zip(kinds, procs):
         assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
         assert proc.stderr.startswith("buffet: error:") and len(proc.stderr.strip().splitlines()) == 1
         assert "correlated NMF needs a counts dataset" in proc.stderr and kind in proc.stderr
