@@ -63,15 +63,15 @@ def test_distributed_driver_equals_the_in_memory_reference(tmp_path, images, pla
 def test_same_evidence_and_posteriors_on_1_and_2_workers_and_other_chunkings(tmp_path, image_store, clients):
     """In process, on 2 Dask workers with the same 16-row chunks (bit for bit: same kernels, sums tree-reduced
     in block order) and on 1 worker with 25-row chunks (the regrouped sums change only rounding, far below the
-    stopping and growth decisions, see the test above). Growth to K+ = 4 with 2 candidates per step: 60 steps
+    stopping and growth decisions, see the test above). Growth to K+ = 3 with 2 candidates per step: 43 steps
     at tol 1e-4 (the defaults take 422 steps of ~80 ms on Dask)."""
-    config = IMFConfig(max_k=4, n_candidates=2, tol=1e-4, chunk_rows=16, seed=5)
+    config = IMFConfig(max_k=3, n_candidates=2, tol=1e-4, chunk_rows=16, seed=5)
     runs = {name: fit_run("imf", image_store, tmp_path / name, cfg, executor, quiet=True)
             for name, cfg, executor in (("sync", config, SyncExecutor()), ("2", config, DaskExecutor(clients[2])),
                                         ("1", replace(config, chunk_rows=25), DaskExecutor(clients[1])))}
     assert_same(checkpoint(runs["sync"]), checkpoint(runs["2"]))
     (ref_arrays, ref_trace), (arrays, trace) = _result(runs["sync"]), _result(runs["1"])
-    assert arrays["post_m"].shape == (36, 4) and len(trace) == len(ref_trace)
+    assert arrays["post_m"].shape == (36, 3) and len(trace) == len(ref_trace) == 43
     np.testing.assert_allclose(trace, ref_trace, rtol=1e-10)
     np.testing.assert_allclose(arrays["post_m"], ref_arrays["post_m"], atol=1e-8)
 
@@ -88,11 +88,11 @@ def test_resumed_imf_run_ends_like_an_uninterrupted_run(tmp_path, image_store):
 
 
 def test_cli_fit_evaluate_report(tmp_path, image_store, capsys):
-    """``buffet fit imf`` in its own interpreter on an embedded cluster (worker processes), then evaluate (on a
-    thread worker) and report through the command line in this process. 2 candidates per growth step and tol
-    1e-4 take 83 steps (the defaults 422) and end at the 4 true images."""
+    """``buffet fit imf`` in its own interpreter on an embedded cluster (one worker of 2 threads; worker processes
+    are covered by the test above), then evaluate and report through the command line in this process. 2
+    candidates per growth step and tol 1e-4 take 83 steps (the defaults 422) and end at the 4 true images."""
     buffet("fit", "imf", image_store, "--out", tmp_path / "run", "--max-k", 6, "--n-candidates", 2, "--tol", 1e-4,
-           "--workers", 1, "--quiet")
+           "--workers", 2, "--worker-kind", "threads", "--quiet")
     result = json.loads(run_main(capsys, "evaluate", tmp_path / "run", "--json", "--workers", 1, "--worker-kind",
                                  "threads", "--quiet"))
     assert result["k_plus"] == 4 and result["heldout_entries"] == 216
