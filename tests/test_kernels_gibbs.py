@@ -21,7 +21,8 @@ TINY_Z = np.array([[1, 0], [1, 1], [0, 1]], bool)
 # of a correct sampler's class frequencies falls slowly with the sweeps (the many small classes bias it up).
 # Calibrated over 16 chain seeds; the bounds sit ~5 Monte Carlo standard deviations above the mean, and each
 # test fails with a real bug (tried by editing the kernels: the prior odds m/N instead of m/(N - m) give TV
-# 0.09-0.23, Poisson(alpha/(N+1)) new features in the noisy-OR sampler 0.10, imputing without noise 0.16).
+# 0.09-0.23, Poisson(alpha/(N+1)) new features in the noisy-OR sampler 0.10, imputing with half the noise sd
+# 0.16).
 
 
 def _chain_class_frequencies(sweep, state, n_sweeps, burn_in=100):
