@@ -1,5 +1,5 @@
 """Role-mining pair ingest (SPEC 1, SPEC 4): ``user permission`` per line, 1-based, whitespace
-separated (the HP Labs files in ``datasets/rolemining/``).
+separated (the HP Labs files that ship in ``data/datasets/rolemining/``, ``bundled.rolemining_path``).
 
 Stored as a dense ``binary`` matrix without a mask: every listed pair is a 1, every other
 pair a 0. The matrix is users x permissions, or permissions x users with ``transpose`` (the

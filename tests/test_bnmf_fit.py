@@ -2,6 +2,7 @@
 
 import numpy as np
 import pytest
+import scipy.sparse as sp
 
 from buffet.data.errors import UserError
 from buffet.pipeline.models.bnmf import BNMFConfig
@@ -10,6 +11,7 @@ from buffet.pipeline.estimators import BayesianNMF
 from buffet.pipeline.engine.executors import DaskExecutor, SyncExecutor
 from buffet.pipeline.engine.runs import fit_run, resume_run
 from buffet.pipeline.engine.runstore import RunStore
+from buffet.pipeline.engine.seeds import stream
 
 
 def _best_match_cosine(true_topics, learned_topics):
@@ -34,16 +36,38 @@ def test_batch_fit_elbo_is_monotone_and_scores_improve(model_corpus):
     assert model.score(held) > fresh.score(held)
 
 
-def test_partial_fit_streams_minibatches_like_fit(model_corpus):
-    X = model_corpus.X
-    model = BayesianNMF(n_topics=10, passes=1, batch_size=500, eval_every=1000, split=None)
-    for start in range(0, 2000, 500):
-        model.partial_fit(X[start:start + 500], total_docs=2000)
-    assert model.n_steps_ == 4
-    assert model.transform(X[:5]).shape == (5, 10)
-    proportions = model.transform(X[:5], normalize=True)
+def _equal_minibatch_tokens(X: sp.csr_matrix, batch_size: int) -> sp.csr_matrix:
+    """``X`` with tokens added to one entry of the first document of each minibatch, so that every minibatch
+    holds as many tokens as the largest."""
+    X = X.tolil(copy=True)
+    starts = range(0, X.shape[0], batch_size)
+    totals = [X[start:start + batch_size].sum() for start in starts]
+    for start, total in zip(starts, totals):
+        X[start, X.rows[start][0]] += max(totals) - total
+    return X.tocsr()
+
+
+def test_partial_fit_over_the_minibatches_of_fit_gives_the_same_topics(model_corpus):
+    """``partial_fit`` called on the minibatches an SVI ``fit`` draws (the seed's shuffled order per pass), with
+    the corpus size as ``total_docs``, takes the same steps: same local steps, step sizes rho_t and scale.
+    By design one thing differs: ``fit`` knows the corpus's token count when it initialises q(beta), and
+    ``partial_fit`` extrapolates it from its first minibatch (eqs. 11.33-11.34; ``bnmf.initial_globals``).
+    On a corpus whose minibatches hold equal token counts the two are the same number, so the topics must be
+    identical; one block per minibatch (chunk_rows = batch_size) keeps the same summation order."""
+    X = _equal_minibatch_tokens(model_corpus.X, 500)
+    settings = dict(n_topics=10, batch_size=500, chunk_rows=500, passes=2, eval_every=1000, split=None, seed=3)
+    fitted = BayesianNMF(**settings).fit(X)
+    streamed = BayesianNMF(**settings)
+    for step in range(8):
+        order = stream(3, "order", step // 4).permutation(4)   # BNMFDriver._minibatch_rows
+        start = 500 * order[step % 4]
+        streamed.partial_fit(X[start:start + 500], total_docs=2000)
+    assert streamed.n_steps_ == fitted.n_steps_ == 8
+    np.testing.assert_array_equal(streamed.g_, fitted.g_)
+    np.testing.assert_array_equal(streamed.h_, fitted.h_)
+    proportions = streamed.transform(X[:5], normalize=True)
+    assert proportions.shape == (5, 10)
     np.testing.assert_allclose(proportions.sum(axis=1), 1.0)
-    assert np.isfinite(model.score(X[:50]))
 
 
 @pytest.mark.parametrize("mode", ["batch", "svi"])

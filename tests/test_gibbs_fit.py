@@ -15,7 +15,7 @@ from buffet.pipeline.reports.ibp import add_true_z
 from buffet.pipeline.engine.runs import fit_run, resume_run
 from buffet.pipeline.engine.seeds import stream
 
-from test_particles_fit import _assert_same, _checkpoint, buffet
+from helpers import assert_same, buffet, checkpoint, run_main
 
 CONFIGS = {"gibbs-linear-gaussian": LGGibbsConfig(sweeps=10, chains=3, sigma_x=0.5, seed=2),
            "gibbs-noisy-or": NoisyORGibbsConfig(sweeps=10, chains=3, alpha=3.0, seed=2)}
@@ -40,17 +40,17 @@ def stores(tmp_path_factory):
 @pytest.mark.parametrize("model", sorted(CONFIGS))
 def test_same_seed_gives_the_same_chains_on_1_and_2_workers_and_in_process(tmp_path, stores, clients, model):
     executors = {"sync": SyncExecutor(), "1": DaskExecutor(clients[1]), "2": DaskExecutor(clients[2])}
-    results = {name: _checkpoint(fit_run(model, stores[model], tmp_path / name, CONFIGS[model], ex, quiet=True))
+    results = {name: checkpoint(fit_run(model, stores[model], tmp_path / name, CONFIGS[model], ex, quiet=True))
                for name, ex in executors.items()}
-    _assert_same(results["sync"], results["1"])
-    _assert_same(results["sync"], results["2"])
+    assert_same(results["sync"], results["1"])
+    assert_same(results["sync"], results["2"])
 
 
 def test_chains_are_the_kernel_sampler_with_per_chain_streams_and_burn_in(tmp_path, stores):
     config = LGGibbsConfig(sweeps=10, chains=2, burn_in=0.3, sigma_x=0.5, seed=9)
     run = fit_run("gibbs-linear-gaussian", stores["gibbs-linear-gaussian"], tmp_path / "run", config, SyncExecutor(),
                   quiet=True)
-    arrays, trace = _checkpoint(run)
+    arrays, trace = checkpoint(run)
     X = Dataset(stores["gibbs-linear-gaussian"]).read_rows(0, 20).X
     for c in range(2):
         state = config.initial_state(*X.shape)
@@ -71,22 +71,25 @@ def test_resumed_sampler_ends_like_an_uninterrupted_one(tmp_path, stores, model,
     whole = fit_run(model, stores[store], tmp_path / "whole", config, SyncExecutor(), quiet=True)
     part = fit_run(model, stores[store], tmp_path / "part", config, SyncExecutor(), stop_after=4, quiet=True)
     assert part.status == "interrupted"
-    _assert_same(_checkpoint(whole), _checkpoint(resume_run(str(part.path), SyncExecutor(), quiet=True)))
+    assert_same(checkpoint(whole), checkpoint(resume_run(str(part.path), SyncExecutor(), quiet=True)))
 
 
-def test_cli_fit_evaluate_export_report(tmp_path, stores):
+def test_cli_fit_evaluate_export_report(tmp_path, stores, capsys):
+    """``buffet fit`` in its own interpreter on an embedded cluster (a worker process); evaluate, export and
+    report through the command line in this process."""
     buffet("fit", "gibbs-linear-gaussian", stores["gibbs-linear-gaussian"], "--out", tmp_path / "run", "--sweeps", 40,
-           "--sigma-x", 0.5, "--sigma-a", 1.0, "--alpha", 1.0, "--seed", 1, "--split-merge-moves", 3, "--workers", 2,
+           "--sigma-x", 0.5, "--sigma-a", 1.0, "--alpha", 1.0, "--seed", 1, "--split-merge-moves", 3, "--workers", 1,
            "--quiet")
     assert json.loads((tmp_path / "run" / "run.json").read_text())["params"]["split_merge_moves"] == 3
-    result = json.loads(buffet("evaluate", tmp_path / "run", "--json", "--workers", 1, "--quiet"))
+    result = json.loads(run_main(capsys, "evaluate", tmp_path / "run", "--json", "--workers", 1, "--worker-kind",
+                                 "threads", "--quiet"))
     assert 3.0 <= result["k_plus"] <= 7.0
     assert 0.0 <= result["zzt_error"] < 100.0
-    buffet("export", tmp_path / "run", "--out", tmp_path / "post.npz")
+    run_main(capsys, "export", tmp_path / "run", "--out", tmp_path / "post.npz")
     with np.load(tmp_path / "post.npz") as post:
         assert post["zzt"].shape == (20, 20)
         assert post["trace_log_joint_3"].shape == (40,)
-    files = buffet("report", tmp_path / "run", "--out", tmp_path / "report").split()
+    files = run_main(capsys, "report", tmp_path / "run", "--out", tmp_path / "report").split()
     for name in ("zzt.png", "k_plus.png", "bases.png", "trace_k_plus.png", "trace_log_joint.png"):
         assert str(tmp_path / "report" / name) in files
         assert (tmp_path / "report" / name).read_bytes()[:4] == b"\x89PNG"

@@ -1,8 +1,6 @@
 """Particle filters on the engine (issue 4: distributed blocks, global resampling, determinism, resume, CLI)."""
 
 import json
-import subprocess
-import sys
 
 import numpy as np
 import pytest
@@ -19,6 +17,8 @@ from buffet.pipeline.reports.ibp import add_true_z
 from buffet.pipeline.models.particles import LGParticleConfig, NoisyORParticleConfig, block_bounds
 from buffet.pipeline.engine.runs import fit_run, resume_run
 from buffet.pipeline.engine.seeds import stream
+
+from helpers import assert_same, buffet, checkpoint, run_main
 
 CONFIGS = {"pf-linear-gaussian": LGParticleConfig(particles=60, blocks=3, sigma_x=0.5, seed=3),
            "pf-noisy-or": NoisyORParticleConfig(particles=60, blocks=3, alpha=3.0, seed=3)}
@@ -41,26 +41,13 @@ def stores(tmp_path_factory):
     return {k: str(v) for k, v in paths.items()}
 
 
-def _checkpoint(run):
-    arrays, state, _ = run.load_checkpoint()
-    return arrays, [{k: v for k, v in r.items() if k != "seconds"} for r in state["trace"]]
-
-
-def _assert_same(a, b):
-    (arrays_a, trace_a), (arrays_b, trace_b) = a, b
-    assert trace_a == trace_b
-    assert sorted(arrays_a) == sorted(arrays_b)
-    for key in arrays_a:
-        np.testing.assert_array_equal(arrays_a[key], arrays_b[key], err_msg=key)
-
-
 @pytest.mark.parametrize("model", sorted(CONFIGS))
 def test_same_seed_gives_the_same_posterior_on_1_and_2_workers_and_in_process(tmp_path, stores, clients, model):
     executors = {"sync": SyncExecutor(), "1": DaskExecutor(clients[1]), "2": DaskExecutor(clients[2])}
-    results = {name: _checkpoint(fit_run(model, stores[model], tmp_path / name, CONFIGS[model], ex, quiet=True))
+    results = {name: checkpoint(fit_run(model, stores[model], tmp_path / name, CONFIGS[model], ex, quiet=True))
                for name, ex in executors.items()}
-    _assert_same(results["sync"], results["1"])
-    _assert_same(results["sync"], results["2"])
+    assert_same(results["sync"], results["1"])
+    assert_same(results["sync"], results["2"])
     assert "summary_zzt" in results["sync"][0]
 
 
@@ -92,7 +79,7 @@ def test_moving_particles_between_blocks_equals_resampling_the_gathered_particle
                               ess_threshold=ess_threshold)
     run = fit_run("pf-linear-gaussian", stores["pf-linear-gaussian"], tmp_path / "run", config, SyncExecutor(),
                   quiet=True)
-    arrays, trace = _checkpoint(run)
+    arrays, trace = checkpoint(run)
     expected, weights = _reference_filter(config, Dataset(stores["pf-linear-gaussian"]).read_rows(0, 24).X)
     for b, block in enumerate(expected):
         np.testing.assert_array_equal(arrays[f"block{b}_Z"], block.Z)
@@ -109,7 +96,7 @@ def test_resumed_filter_ends_like_an_uninterrupted_one(tmp_path, stores, model, 
     whole = fit_run(model, stores[store], tmp_path / "whole", config, SyncExecutor(), quiet=True)
     part = fit_run(model, stores[store], tmp_path / "part", config, SyncExecutor(), stop_after=3, quiet=True)
     assert part.status == "interrupted"
-    _assert_same(_checkpoint(whole), _checkpoint(resume_run(str(part.path), SyncExecutor(), quiet=True)))
+    assert_same(checkpoint(whole), checkpoint(resume_run(str(part.path), SyncExecutor(), quiet=True)))
 
 
 def test_summary_class_sums_equal_a_loop_over_particles():
@@ -133,7 +120,7 @@ def test_summary_class_sums_equal_a_loop_over_particles():
 def test_more_blocks_than_particles_and_bad_settings_are_handled(tmp_path, stores):
     run = fit_run("pf-noisy-or", stores["pf-noisy-or"], tmp_path / "few", NoisyORParticleConfig(particles=2, blocks=5),
                   SyncExecutor(), quiet=True)
-    assert _checkpoint(run)[0]["weights"].shape == (2,)
+    assert checkpoint(run)[0]["weights"].shape == (2,)
     with pytest.raises(UserError, match="lam"):
         fit_run("pf-noisy-or", stores["pf-noisy-or"], tmp_path / "bad", NoisyORParticleConfig(lam=1.5),
                 SyncExecutor(), quiet=True)
@@ -148,25 +135,21 @@ def test_more_blocks_than_particles_and_bad_settings_are_handled(tmp_path, store
                 SyncExecutor(), quiet=True)
 
 
-def buffet(*args):
-    proc = subprocess.run([sys.executable, "-m", "buffet.pipeline.cli", *map(str, args)],
-                          capture_output=True, text=True, timeout=300)
-    assert proc.returncode == 0, proc.stderr
-    return proc.stdout
-
-
-def test_cli_fit_evaluate_export_report(tmp_path, stores):
+def test_cli_fit_evaluate_export_report(tmp_path, stores, capsys):
+    """``buffet fit`` in its own interpreter on an embedded cluster (a worker process); evaluate, export and
+    report through the command line in this process."""
     buffet("fit", "pf-linear-gaussian", stores["pf-linear-gaussian"], "--out", tmp_path / "run", "--particles", 300,
-           "--sigma-x", 0.5, "--sigma-a", 1.0, "--alpha", 1.0, "--seed", 4, "--workers", 2, "--quiet")
-    result = json.loads(buffet("evaluate", tmp_path / "run", "--json", "--workers", 1, "--quiet"))
+           "--sigma-x", 0.5, "--sigma-a", 1.0, "--alpha", 1.0, "--seed", 4, "--workers", 1, "--quiet")
+    result = json.loads(run_main(capsys, "evaluate", tmp_path / "run", "--json", "--workers", 1, "--worker-kind",
+                                 "threads", "--quiet"))
     assert 2.0 <= result["k_plus"] <= 6.0
     assert 0.0 <= result["zzt_error"] < 200.0   # all-zero E[ZZ^T] would give sum(triu(ZZ^T)) ~ 330
-    buffet("export", tmp_path / "run", "--out", tmp_path / "post.npz")
+    run_main(capsys, "export", tmp_path / "run", "--out", tmp_path / "post.npz")
     with np.load(tmp_path / "post.npz") as post:
         assert post["zzt"].shape == (24, 24)
         assert post["k_plus_dist"].sum() == pytest.approx(1.0)
         assert post["A_mean"].shape[1] == 36
-    files = buffet("report", tmp_path / "run", "--out", tmp_path / "report").split()
+    files = run_main(capsys, "report", tmp_path / "run", "--out", tmp_path / "report").split()
     for name in ("zzt.png", "k_plus.png", "bases.png", "ess.png"):
         assert str(tmp_path / "report" / name) in files
         assert (tmp_path / "report" / name).read_bytes()[:4] == b"\x89PNG"
