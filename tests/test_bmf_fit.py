@@ -126,7 +126,7 @@ def test_bars_missing_halves_are_reconstructed(tmp_path, stores):
     """SPEC 4 bars: the posterior predictive mean of the held-out bottom halves is close to the noise-free
     images (much closer than the prior mean 0 and than the top-half nearest neighbour's bottom half)."""
     bars = stores["bars_data"]
-    run = fit_run("bmf", stores["bars"], tmp_path / "run", BMFConfig(sweeps=150, burn_in=75, alpha=2.0, lam=4.0,
+    run = fit_run("bmf", stores["bars"], tmp_path / "run", BMFConfig(sweeps=150, burn_in=75, alpha=2.0, lam=4.0, select="none",
                                                                      panel_rows=50), SyncExecutor(), quiet=True)
     pred = bmf_outputs.export(run)["predictive_mean"]
     missing = bars.missing
@@ -140,11 +140,11 @@ def test_bars_missing_halves_are_reconstructed(tmp_path, stores):
 
 
 def test_logistic_and_poisson_fits_predict_held_out_entries(tmp_path, stores):
-    config = BMFConfig(likelihood="logistic", sweeps=60, burn_in=20, panel_rows=16, seed=2)
+    config = BMFConfig(likelihood="logistic", sweeps=60, burn_in=20, panel_rows=16, seed=2, select="none")
     result = bmf_outputs.evaluate(fit_run("bmf", stores["binary"], tmp_path / "logistic", config, SyncExecutor(),
                                           quiet=True))
     assert result["heldout_entries"] > 200 and result["auc"] > 0.65 and result["log_loss"] < 0.62
-    config = BMFConfig(likelihood="poisson", sweeps=60, burn_in=20, panel_rows=16, seed=2)
+    config = BMFConfig(likelihood="poisson", sweeps=60, burn_in=20, panel_rows=16, seed=2, select="none")
     result = bmf_outputs.evaluate(fit_run("bmf", stores["counts-ok"], tmp_path / "poisson", config, SyncExecutor(),
                                           quiet=True))
     ds = Dataset(stores["counts-ok"])
@@ -155,7 +155,7 @@ def test_logistic_and_poisson_fits_predict_held_out_entries(tmp_path, stores):
 
 
 def test_same_seed_gives_the_same_chain_on_1_and_2_workers_and_resumes(tmp_path, stores, clients):
-    config = BMFConfig(likelihood="logistic", sweeps=6, burn_in=2, panel_rows=16, panel_cols=5, ess_steps=1,
+    config = BMFConfig(likelihood="logistic", sweeps=6, burn_in=2, panel_rows=16, panel_cols=5, ess_steps=1, select="none",
                        seed=5, checkpoint_every=2)
     results = {name: checkpoint(fit_run("bmf", stores["binary"], tmp_path / name, config, ex, quiet=True))
                for name, ex in (("sync", SyncExecutor()), ("1", DaskExecutor(clients[1])),
@@ -170,7 +170,7 @@ def test_same_seed_gives_the_same_chain_on_1_and_2_workers_and_resumes(tmp_path,
 def test_cli_fit_evaluate_export_report(tmp_path, stores, capsys):
     """``buffet fit`` in its own interpreter on an embedded cluster (2 threads); evaluate, export and report
     through the command line in this process."""
-    buffet("fit", "bmf", stores["real"], "--out", tmp_path / "run", "--sweeps", 20, "--burn-in", 5, "--seed", 2,
+    buffet("fit", "bmf", stores["real"], "--out", tmp_path / "run", "--select", "none", "--sweeps", 20, "--burn-in", 5, "--seed", 2,
            "--panel-rows", 16, "--workers", 2, "--worker-kind", "threads", "--quiet")
     result = json.loads(run_main(capsys, "evaluate", tmp_path / "run", "--json", "--workers", 1, "--worker-kind",
                                  "threads", "--quiet"))

@@ -22,6 +22,7 @@ from buffet.data.splits import add_split, holdout_rows
 from buffet.data.synthetic import bnmf_corpus
 from buffet.pipeline import cli
 from buffet.pipeline.engine.runstore import RunStore
+from helpers import buffet
 
 # A batch fit of this many iterations runs far longer than the few checkpoints a test waits for.
 LONG_FIT = ("--mode", "batch", "--max-iter", "100000", "--tol", "0", "--checkpoint-every", "1", "--k", "4",
@@ -70,7 +71,8 @@ def one_line(err: str, *fragments: str) -> str:
 def test_bad_store_and_bad_argument(tmp_path: Path, store: Path) -> None:
     for args, fragment in (((tmp_path / "missing.zarr",), "no such dataset store"),
                            ((store, "--k", 0), "n_topics must be >= 1")):
-        code, err = finish(start("fit", "bnmf", *args, "--out", tmp_path / "run", "--workers", 1))
+        proc = buffet("fit", "bnmf", *args, "--out", tmp_path / "run", "--workers", 1, check=False)
+        code, err = proc.returncode, proc.stderr
         assert code == 1
         one_line(err, fragment)
         assert len(err.strip().splitlines()) == 1, err
@@ -81,9 +83,9 @@ def test_store_from_a_newer_version(tmp_path: Path, store: Path) -> None:
     newer = tmp_path / "newer.zarr"
     from_array(np.ones((3, 2)), newer, "counts")
     zarr.open_group(str(newer), mode="r+").attrs["buffet_format"] = 99
-    code, err = finish(start("info", newer))
-    assert code == 1
-    one_line(err, "newer buffet", "upgrade")
+    proc = buffet("info", newer, check=False)
+    assert proc.returncode == 1
+    one_line(proc.stderr, "newer buffet", "upgrade")
 
 
 def unused_port() -> int:
@@ -95,9 +97,9 @@ def unused_port() -> int:
 
 def test_unreachable_scheduler(tmp_path: Path, store: Path) -> None:
     port = unused_port()
-    code, err = finish(start("fit", "bnmf", store, "--out", tmp_path / "run", "--scheduler", f"tcp://127.0.0.1:{port}"))
-    assert code == 1
-    one_line(err, "cannot reach the Dask scheduler", f"127.0.0.1:{port}")
+    proc = buffet("fit", "bnmf", store, "--out", tmp_path / "run", "--scheduler", f"tcp://127.0.0.1:{port}", check=False)
+    assert proc.returncode == 1
+    one_line(proc.stderr, "cannot reach the Dask scheduler", f"127.0.0.1:{port}")
 
 
 def test_ctrl_c_marks_the_run_interrupted_and_says_how_to_resume(tmp_path: Path, store: Path) -> None:

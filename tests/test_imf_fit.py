@@ -65,7 +65,7 @@ def test_same_evidence_and_posteriors_on_1_and_2_workers_and_other_chunkings(tmp
     in block order) and on 1 worker with 25-row chunks (the regrouped sums change only rounding, far below the
     stopping and growth decisions, see the test above). Growth to K+ = 3 with 2 candidates per step: 43 steps
     at tol 1e-4 (the defaults take 422 steps of ~80 ms on Dask)."""
-    config = IMFConfig(max_k=3, n_candidates=2, tol=1e-4, chunk_rows=16, seed=5)
+    config = IMFConfig(max_k=3, n_candidates=2, tol=1e-4, chunk_rows=16, seed=5, select="none")
     runs = {name: fit_run("imf", image_store, tmp_path / name, cfg, executor, quiet=True)
             for name, cfg, executor in (("sync", config, SyncExecutor()), ("2", config, DaskExecutor(clients[2])),
                                         ("1", replace(config, chunk_rows=25), DaskExecutor(clients[1])))}
@@ -78,7 +78,7 @@ def test_same_evidence_and_posteriors_on_1_and_2_workers_and_other_chunkings(tmp
 
 def test_resumed_imf_run_ends_like_an_uninterrupted_run(tmp_path, image_store):
     """Stopped at step 30 of 83, in the middle of growth with 2 candidates per step."""
-    config = IMFConfig(max_k=5, n_candidates=2, tol=1e-4, chunk_rows=20, checkpoint_every=7)
+    config = IMFConfig(max_k=5, n_candidates=2, tol=1e-4, chunk_rows=20, checkpoint_every=7, select="none")
     whole = fit_run("imf", image_store, tmp_path / "whole", config, SyncExecutor(), quiet=True)
     part = fit_run("imf", image_store, tmp_path / "part", config, SyncExecutor(), stop_after=30, quiet=True)
     resumed = resume_run(str(part.path), SyncExecutor(), quiet=True)
@@ -91,7 +91,7 @@ def test_cli_fit_evaluate_report(tmp_path, image_store, capsys):
     """``buffet fit imf`` in its own interpreter on an embedded cluster (one worker of 2 threads; worker processes
     are covered by the test above), then evaluate and report through the command line in this process. 2
     candidates per growth step and tol 1e-4 take 83 steps (the defaults 422) and end at the 4 true images."""
-    buffet("fit", "imf", image_store, "--out", tmp_path / "run", "--max-k", 6, "--n-candidates", 2, "--tol", 1e-4,
+    buffet("fit", "imf", image_store, "--out", tmp_path / "run", "--select", "none", "--max-k", 6, "--n-candidates", 2, "--tol", 1e-4,
            "--workers", 2, "--worker-kind", "threads", "--quiet")
     result = json.loads(run_main(capsys, "evaluate", tmp_path / "run", "--json", "--workers", 1, "--worker-kind",
                                  "threads", "--quiet"))
@@ -110,7 +110,7 @@ def test_a_run_stopped_as_growth_starts_evaluates_its_best_state(tmp_path, image
     from buffet.pipeline.reports import imf as imf_outputs
     from buffet.pipeline.engine.runstore import RunStore
 
-    config = IMFConfig(max_k=4, chunk_rows=20)
+    config = IMFConfig(max_k=4, chunk_rows=20, select="none")
     whole = fit_run("imf", image_store, tmp_path / "whole", config, SyncExecutor(), quiet=True)
     trace = whole.load_checkpoint()[1]["trace"]
     stop = [r["step"] for r in trace if "converged_k" in r][2]  # a growth candidate converges here
