@@ -357,7 +357,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if debug:
             raise
         line, status = explain(exc, resume_hint(args))
-        print(f"buffet: error: {line}", file=sys.stderr)
+        print(f"buffet: {'' if status == 130 else 'error: '}{line}", file=sys.stderr)
         return status
     finally:
         logging.getLogger("buffet").removeHandler(handler)

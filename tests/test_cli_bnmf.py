@@ -87,7 +87,7 @@ def _interrupt_after_checkpoint(args: list, checkpoint_step: int) -> subprocess.
 
 def test_stopped_and_interrupted_fit_resumes_to_the_uninterrupted_result(tmp_path, store, capsys):
     """``--stop-after 2`` leaves an "interrupted" run; its resume gets SIGINT (Ctrl-C) after the checkpoint
-    of step 4 and stays "running" with a checkpoint; a second resume finishes it with the numbers of an
+    of step 4 and is marked "interrupted" again, with a checkpoint; a second resume finishes it with the numbers of an
     uninterrupted fit (same seed). 84 steps: 79 after the signal's cue, more than the 62 that fit in the
     pipe (``_interrupt_after_checkpoint``)."""
     config = BNMFConfig(n_topics=6, batch_size=100, passes=7, seed=2, checkpoint_every=2, eval_every=1000)
@@ -100,7 +100,7 @@ def test_stopped_and_interrupted_fit_resumes_to_the_uninterrupted_result(tmp_pat
     stopped = _interrupt_after_checkpoint(["resume", run, "--workers", 2], checkpoint_step=4)
     assert stopped.returncode == 130 and "buffet: interrupted;" in stopped.stderr, stopped.stderr
     reached = RunStore(run).load_checkpoint()[1]["step"]
-    assert RunStore(run).status == "running" and 4 <= reached <= 4 + 4096 // MIN_PROGRESS_LINE
+    assert RunStore(run).status == "interrupted" and 4 <= reached <= 4 + 4096 // MIN_PROGRESS_LINE
 
     run_main(capsys, "resume", run, "--workers", 1, "--quiet")
     whole = fit_run("bnmf", str(store), tmp_path / "whole", config, SyncExecutor(), quiet=True)

@@ -59,10 +59,11 @@ def wait_for_checkpoint(run: Path, proc: subprocess.Popen) -> None:
 
 
 def one_line(err: str, *fragments: str) -> str:
-    """The last stderr line, checked to be buffet's one-line error naming ``fragments``, with no traceback."""
+    """The last stderr line, checked to be buffet's one line ("buffet: error: ...", or "buffet: interrupted; ..."
+    for Ctrl-C) naming ``fragments``, with no traceback."""
     assert "Traceback" not in err, err
     last = err.strip().splitlines()[-1]
-    assert last.startswith("buffet: error: "), err
+    assert last.startswith(("buffet: error: ", "buffet: interrupted")), err
     for fragment in fragments:
         assert fragment in last, last
     return last
