@@ -4,6 +4,7 @@ tables, run checkpoints compared entry by entry, and a correlated NMF corpus (SP
 from __future__ import annotations
 
 import csv
+import signal
 import subprocess
 import sys
 from concurrent.futures import ThreadPoolExecutor
@@ -26,6 +27,14 @@ def buffet(*args: object, check: bool = True) -> subprocess.CompletedProcess:
     if check and proc.returncode != 0:
         raise AssertionError(f"buffet {' '.join(map(str, args))} failed:\n{proc.stderr}")
     return proc
+
+
+def ctrl_c_as_in_a_terminal() -> None:
+    """``preexec_fn`` for a child that the test will interrupt: SIGINT back to its default action. A
+    non-interactive shell starts background jobs (``cmd &``) with SIGINT ignored, the children inherit
+    that, and Python then installs no KeyboardInterrupt handler, so without this a suite started in the
+    background would see its Ctrl-C tests run to the end."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
 def buffet_side_by_side(commands: list[tuple]) -> list[subprocess.CompletedProcess]:

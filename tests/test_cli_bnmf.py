@@ -17,7 +17,8 @@ from buffet.pipeline.engine.runs import fit_run
 from buffet.pipeline.engine.runstore import RunStore
 from buffet.pipeline.models.bnmf import BNMFConfig
 
-from helpers import CLI, assert_same, buffet, buffet_side_by_side, checkpoint, exported, run_main
+from helpers import (CLI, assert_same, buffet, buffet_side_by_side, checkpoint, ctrl_c_as_in_a_terminal, exported,
+                     run_main)
 
 
 @pytest.fixture(scope="module")
@@ -69,7 +70,7 @@ def _interrupt_after_checkpoint(args: list, checkpoint_step: int) -> subprocess.
     run can print at most 4096 / MIN_PROGRESS_LINE = 62 more lines before it blocks, so a run with more
     steps than that left is still running when the signal comes, however fast the machine."""
     proc = subprocess.Popen([*CLI, *map(str, args)], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                            bufsize=0, start_new_session=True)
+                            bufsize=0, start_new_session=True, preexec_fn=ctrl_c_as_in_a_terminal)
     try:
         fcntl.fcntl(proc.stderr.fileno(), fcntl.F_SETPIPE_SZ, 4096)
         marker = f"] step {checkpoint_step + 1}/".encode()

@@ -22,7 +22,7 @@ from buffet.data.splits import add_split, holdout_rows
 from buffet.data.synthetic import bnmf_corpus
 from buffet.pipeline import cli
 from buffet.pipeline.engine.runstore import RunStore
-from helpers import buffet
+from helpers import buffet, ctrl_c_as_in_a_terminal
 
 # A batch fit of this many iterations runs far longer than the few checkpoints a test waits for.
 LONG_FIT = ("--mode", "batch", "--max-iter", "100000", "--tol", "0", "--checkpoint-every", "1", "--k", "4",
@@ -41,7 +41,8 @@ def store(tmp_path_factory) -> Path:
 def start(*args: object) -> subprocess.Popen:
     """``buffet ARGS`` in its own process group, as a terminal would run it."""
     return subprocess.Popen([sys.executable, "-m", "buffet.pipeline.cli", *map(str, args)], stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, start_new_session=True)
+                            stderr=subprocess.PIPE, text=True, start_new_session=True,
+                            preexec_fn=ctrl_c_as_in_a_terminal)
 
 
 def finish(proc: subprocess.Popen) -> tuple[int, str]:
