@@ -67,9 +67,9 @@ def test_killed_fit_resumes_to_the_uninterrupted_result(tmp_path, store):
     proc = subprocess.Popen([sys.executable, "-m", "buffet.pipeline.cli", "fit", "bnmf", str(store), "--out",
                              str(tmp_path / "killed"), *map(str, common)],
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
-    pointer = tmp_path / "killed" / "checkpoint.json"
     deadline = time.time() + 120
-    while not pointer.exists() and time.time() < deadline and proc.poll() is None:
+    while not list((tmp_path / "killed").glob("ckpt-*/manifest.json")) and time.time() < deadline \
+            and proc.poll() is None:
         time.sleep(0.05)
     os.killpg(proc.pid, signal.SIGKILL)
     proc.wait()
@@ -98,10 +98,10 @@ def test_user_errors_are_one_line_without_traceback(tmp_path, store):
 def test_existing_run_is_not_overwritten(tmp_path, store):
     run = tmp_path / "run"
     buffet("fit", "bnmf", store, "--out", run, "--k", 3, "--batch-size", 600, "--workers", 1)
-    before = (run / "checkpoint.json").read_text()
+    before = {p: p.read_bytes() for p in run.rglob("*") if p.is_file()}
     proc = buffet("fit", "bnmf", store, "--out", run, "--k", 4, "--workers", 1, check=False)
     assert proc.returncode == 1 and "already exists" in proc.stderr
-    assert (run / "checkpoint.json").read_text() == before
+    assert {p: p.read_bytes() for p in run.rglob("*") if p.is_file()} == before
 
 
 def test_accelerated_local_sweeps_are_a_switch_of_fit(tmp_path, store):
