@@ -257,6 +257,19 @@ class Dataset:
             raise StoreError(f"{self.path}: split {name!r} has no {key!r} array")
         return self._array(f"splits/{name}/{key}").read(r0, r1)
 
+    def verify(self) -> int:
+        """Read every array of the store whole, checking every chunk against its record; the number of
+        chunks checked. A missing or corrupted chunk is a ``StoreError`` naming it."""
+        names = [name for name, node in self.group[RECORDS].members(max_depth=None) if isinstance(node, zarr.Array)]
+        checked = 0
+        for name in sorted(names):
+            array = self._array(name)
+            step = array.chunk_rows * READ_CHUNKS
+            for start in range(0, array.n_rows, step):
+                array.read(start, start + step)
+            checked += array.n_chunks
+        return checked
+
     def describe(self) -> dict:
         """The facts ``buffet info`` prints."""
         n, d = self.shape

@@ -206,6 +206,9 @@ def build_parser() -> argparse.ArgumentParser:
     _ingest_parser(sub)
     p = sub.add_parser("info", help="describe a dataset store")
     p.add_argument("store", help="dataset store to describe as JSON: shape, kind, chunks, splits, provenance")
+    p.add_argument("--verify", action="store_true",
+                   help="also read every chunk of every array and check it against the store's chunk records "
+                        "(e.g. after copying or uploading a store); a missing or damaged chunk is an error")
     _fit_parser(sub)
     _run_parsers(sub)
     _job_parsers(sub)
@@ -287,7 +290,11 @@ def cmd_report(args: argparse.Namespace) -> None:
 def cmd_info(args: argparse.Namespace) -> None:
     from buffet.data.store import Dataset
 
-    print(json.dumps(Dataset(args.store).describe(), indent=1))
+    ds = Dataset(args.store)
+    description = ds.describe()
+    if args.verify:
+        description["verified_chunks"] = ds.verify()
+    print(json.dumps(description, indent=1))
 
 
 def cmd_ingest(args: argparse.Namespace) -> None:

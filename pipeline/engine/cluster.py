@@ -63,7 +63,9 @@ def local_cluster(workers: int | None, worker_kind: str, dashboard: bool) -> "di
     import dask
     from distributed import LocalCluster
 
-    common = {"dashboard_address": ":0" if dashboard else None, "silence_logs": logging.ERROR}
+    # A failed task reaches the client, which reports it in one line (its traceback with --debug); the
+    # workers' own "Compute Failed" log of it would print that traceback on every failure.
+    common = {"dashboard_address": ":0" if dashboard else None, "silence_logs": logging.CRITICAL}
     if worker_kind == "threads":
         return LocalCluster(n_workers=1, threads_per_worker=workers or os.cpu_count() or 1, processes=False,
                             **common)
