@@ -13,11 +13,12 @@ worker processes started afterwards (the embedded LocalCluster) use them too.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import uuid
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 import fsspec
 import zarr
@@ -82,14 +83,27 @@ def filesystem(location: str, options: dict[str, Any] | None = None) -> tuple[fs
     """The fsspec filesystem of a normalised location and the path within it."""
     if not is_url(location):
         return fsspec.filesystem("file"), location
-    return fsspec.core.url_to_fs(location, **storage_options(options))
+    with _needs_package(location):
+        return fsspec.core.url_to_fs(location, **storage_options(options))
 
 
 def zarr_store(location: str, options: dict[str, Any] | None = None, read_only: bool = True) -> zarr.abc.store.Store:
     """A Zarr store rooted at a normalised location: a ``LocalStore`` on disk, an ``FsspecStore`` for a URL."""
     if not is_url(location):
         return zarr.storage.LocalStore(location, read_only=read_only)
-    return zarr.storage.FsspecStore.from_url(location, storage_options=storage_options(options), read_only=read_only)
+    with _needs_package(location):
+        return zarr.storage.FsspecStore.from_url(location, storage_options=storage_options(options),
+                                                 read_only=read_only)
+
+
+@contextlib.contextmanager
+def _needs_package(location: str) -> Iterator[None]:
+    """A filesystem whose package is not installed (gcsfs for gs://, adlfs for abfs://) is a one-line error;
+    fsspec's message names the package."""
+    try:
+        yield
+    except ImportError as exc:
+        raise UserError(f"{location}: {exc}") from None
 
 
 def open_array(location: Location, mode: str, options: dict[str, Any] | None = None) -> zarr.Array:

@@ -6,6 +6,7 @@ import json
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -17,10 +18,11 @@ from buffet.data.errors import StoreError, UserError
 from buffet.data.splits import add_split, holdout_entries
 from buffet.data.store import Dataset, StoreWriter, write_dense
 from buffet.data.synthetic import write_uci_corpus
-from buffet.data.urls import is_url, normalise, zarr_store
+from buffet.data.urls import OPTIONS_VARIABLE, is_url, normalise, zarr_store
 from buffet.pipeline.engine.executors import SyncExecutor
 from buffet.pipeline.engine.runs import config_from, fit_run, spec_for
 from buffet.pipeline.engine.runstore import RunStore
+from conftest import _free_port
 
 
 def buffet(*args, check=True, env=None):
@@ -117,7 +119,7 @@ def test_overwrite_replaces_a_store_in_a_bucket(s3):
 
 
 def test_storage_options_reach_the_filesystem(uci_stores, s3):
-    env = {k: v for k, v in os.environ.items() if k != "AWS_ENDPOINT_URL"}
+    env = {k: v for k, v in os.environ.items() if k not in ("AWS_ENDPOINT_URL", OPTIONS_VARIABLE)}
     options = json.dumps({"client_kwargs": {"endpoint_url": s3.endpoint}})
     info = json.loads(buffet("info", uci_stores[1], "--storage-options", options, env=env).stdout)
     assert info["rows"] == 300
@@ -172,3 +174,34 @@ def test_imf_fit_with_store_and_run_in_a_bucket_equals_the_local_fit(tmp_path, s
     expected_scores, expected = local_reference("imf", stores[0].path, str(tmp_path / "run"), **params)
     assert (scores["rmse"], scores["k_plus"]) == (expected_scores["rmse"], expected_scores["k_plus"])
     assert_same_exports(arrays, expected)
+
+
+def test_workers_started_elsewhere_get_absolute_locations_and_the_storage_options(tmp_path, uci_stores, s3):
+    """A scheduler and a worker started by hand, each in a folder of its own, without the S3 endpoint in
+    their environment: the command's --storage-options reach the worker, which reads the store from the
+    bucket and writes its part of each checkpoint into a run folder given as a relative path."""
+    env = {k: v for k, v in os.environ.items() if k not in ("AWS_ENDPOINT_URL", OPTIONS_VARIABLE)}
+    options = json.dumps({"client_kwargs": {"endpoint_url": s3.endpoint}})
+    port = _free_port()
+    folders = {name: tmp_path / name for name in ("scheduler", "worker", "client")}
+    for folder in folders.values():
+        folder.mkdir()
+    dask = str(Path(sys.executable).with_name("dask"))
+    started = [subprocess.Popen([dask, "scheduler", "--host", "127.0.0.1", "--port", str(port), "--no-dashboard"],
+                                cwd=folders["scheduler"], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)]
+    try:
+        started.append(subprocess.Popen([dask, "worker", f"tcp://127.0.0.1:{port}", "--nthreads", "1", "--no-dashboard"],
+                                        cwd=folders["worker"], env=env, stdout=subprocess.DEVNULL,
+                                        stderr=subprocess.DEVNULL))
+        fit = subprocess.run([sys.executable, "-m", "buffet.pipeline.cli", "--storage-options", options, "fit", "bnmf",
+                              uci_stores[1], "--out", "run", "--k", "3", "--mode", "batch", "--max-iter", "2",
+                              "--checkpoint-every", "1", "--scheduler", f"tcp://127.0.0.1:{port}", "--quiet"],
+                             cwd=folders["client"], env=env, capture_output=True, text=True, timeout=300)
+        assert fit.returncode == 0, fit.stderr
+    finally:
+        for proc in reversed(started):
+            proc.terminate()
+            proc.wait(timeout=30)
+    groups = list((folders["client"] / "run").glob("ckpt-*/locals.zarr"))  # the two checkpoints kept
+    assert len(groups) == 2 and all(list(g.glob("a/c/*/*")) for g in groups)  # q(theta) rows, written by the worker
+    assert not [p for p in folders["worker"].rglob("*") if "dask-scratch-space" not in p.parts]
