@@ -18,7 +18,9 @@ a ``StoreError`` naming the store, the array and the chunk.
 from __future__ import annotations
 
 import math
+import threading
 import zlib
+from collections import OrderedDict
 from typing import Callable
 
 import numpy as np
@@ -32,6 +34,7 @@ CODECS = (ZstdCodec(level=0), Crc32cCodec())  # zarr's default compression, then
 WRITE_CONFIG = {"write_empty_chunks": True}
 FLUSH_BYTES = 1 << 23  # a writer holds about this much before writing its complete chunks
 RECORD_CHUNK = 1 << 16  # chunk records per chunk of a records array
+CACHE_BYTES = 1 << 24  # verified chunks an array keeps for the next read
 DECODE_ERRORS = (ValueError, RuntimeError)  # what zarr's codecs raise for bytes they cannot decode
 REDO = "re-run the ingest"
 
@@ -119,6 +122,37 @@ def write_array(root: zarr.Group, name: str, values: object, chunk_rows: int) ->
     writer.finish()
 
 
+class ChunkCache:
+    """The verified chunks an array read last, up to ``limit`` bytes, safe to share between task threads.
+    Neighbouring blocks of rows share chunks (a CSR block starts in the chunk where the one before ends,
+    and one ``indptr`` chunk spans thousands of rows), so each is fetched and verified once."""
+
+    def __init__(self, limit: int):
+        self.limit, self.size = limit, 0
+        self.held: OrderedDict[int, np.ndarray] = OrderedDict()
+        self.lock = threading.Lock()
+
+    def get(self, c: int) -> np.ndarray | None:
+        """Chunk ``c`` if held (callers copy what they hand on; held chunks are never changed)."""
+        with self.lock:
+            values = self.held.get(c)
+            if values is not None:
+                self.held.move_to_end(c)
+            return values
+
+    def put(self, c: int, values: np.ndarray) -> None:
+        """Hold chunk ``c``, dropping the least recently used ones beyond the limit."""
+        if values.nbytes > self.limit:
+            return
+        with self.lock:
+            if c in self.held:
+                return
+            self.held[c] = values
+            self.size += values.nbytes
+            while self.size > self.limit:
+                self.size -= self.held.popitem(last=False)[1].nbytes
+
+
 class CheckedArray:
     """An array of a dataset store whose reads are verified chunk by chunk against its records."""
 
@@ -137,26 +171,42 @@ class CheckedArray:
                              f"or damaged store); {REDO}")
         self.crc = records[:, 1]
         self._fill_crc: dict[tuple[int, ...], int] = {}
+        self.cache = ChunkCache(CACHE_BYTES)
 
     @property
     def shape(self) -> tuple[int, ...]:
         return (self.n_rows, *self.tail)
 
     def read(self, start: int = 0, stop: int | None = None) -> np.ndarray:
-        """Rows [start, stop), read as whole chunks, each verified once."""
+        """Rows [start, stop) (a new array), from whole chunks: those not in the cache are fetched in one
+        read and verified once."""
         stop = self.n_rows if stop is None else min(stop, self.n_rows)
         if stop <= start:
             return np.empty((0, *self.tail), dtype=self.array.dtype)
         first, last = start // self.chunk_rows, -(-stop // self.chunk_rows)
+        chunks = {c: self.cache.get(c) for c in range(first, last)}
+        missing = [c for c, values in chunks.items() if values is None]
+        if missing:
+            chunks.update(self._fetch(missing[0], missing[-1] + 1))
+        values = chunks[first] if last == first + 1 else np.concatenate([chunks[c] for c in range(first, last)])
+        lo = first * self.chunk_rows
+        return values[start - lo:stop - lo].copy()
+
+    def _fetch(self, first: int, last: int) -> dict[int, np.ndarray]:
+        """Chunks ``first..last - 1``, read in one request of the store, verified and cached."""
         lo, hi = first * self.chunk_rows, min(last * self.chunk_rows, self.n_rows)
         try:
             values = self.array[lo:hi]
         except DECODE_ERRORS:
             self._raise_for_damaged(first, last)
             raise
+        fetched = {}
         for c in range(first, last):
-            self._check(c, values[c * self.chunk_rows - lo:(c + 1) * self.chunk_rows - lo])
-        return values if (start, stop) == (lo, hi) else values[start - lo:stop - lo].copy()
+            chunk = values[c * self.chunk_rows - lo:(c + 1) * self.chunk_rows - lo]
+            self._check(c, chunk)
+            fetched[c] = chunk if last == first + 1 else chunk.copy()
+            self.cache.put(c, fetched[c])
+        return fetched
 
     def _check(self, c: int, values: np.ndarray) -> None:
         """Chunk ``c`` holds what was written: its checksum, and its object where the checksum cannot tell."""

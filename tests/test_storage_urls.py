@@ -140,7 +140,7 @@ def bucket_fit(s3, model: str, store: str, *options) -> tuple[dict, dict]:
     run, out = s3.url("run"), s3.url("fit.npz")
     fit = buffet("fit", model, store, "--out", run, *options, "--workers", 2, "--worker-kind", "processes", "--quiet")
     assert f"run {run}: finished" in fit.stdout
-    scores = json.loads(buffet("evaluate", run, "--json", "--workers", 1, "--quiet").stdout)
+    scores = json.loads(buffet("evaluate", run, "--json", "--workers", 1, "--worker-kind", "threads", "--quiet").stdout)
     buffet("export", run, "--out", out)  # the .npz goes straight into the bucket
     with np.load(io.BytesIO(s3.fs.cat_file(out))) as npz:
         return scores, {k: npz[k] for k in npz.files}
