@@ -72,7 +72,8 @@ def test_a_damaged_newest_checkpoint_falls_back_to_the_one_before(where, caplog,
     original = damage(run, newest, file, how)
     with caplog.at_level(logging.WARNING, logger="buffet"):
         assert RunStore(where).read_checkpoint().step == 2
-    assert f"checkpoint {newest} is unreadable" in caplog.text and "falling back to the checkpoint of step 2" in caplog.text
+    assert f"checkpoint {newest} is unreadable" in caplog.text
+    assert "falling back to the checkpoint of step 2" in caplog.text
     restore(run, newest, file, original)
     assert RunStore(where).read_checkpoint().step == 3
 

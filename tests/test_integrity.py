@@ -145,6 +145,6 @@ def test_a_fit_of_a_damaged_store_in_a_bucket_stops_with_one_line(tmp_path, s3, 
 def test_a_store_of_the_format_before_chunk_records_is_refused_with_what_to_do(tmp_path):
     ds = dense_store(str(tmp_path / "old.zarr"))
     zarr.open_group(ds.path, mode="r+").attrs["buffet_format"] = 1
-    with pytest.raises(StoreError, match=r"written by an older buffet \(dataset format 1; this version reads format 2\): "
-                                         "re-run the ingest with --overwrite"):
+    with pytest.raises(StoreError, match=r"written by an older buffet \(dataset format 1; this version reads "
+                                         r"format 2\): re-run the ingest with --overwrite"):
         Dataset(ds.path)

@@ -78,11 +78,13 @@ def test_uci_ingest_into_s3_reads_back_as_the_local_store(uci_stores):
     local, remote = uci_stores
     assert_same_store(local, remote)
     info = json.loads(buffet("info", remote, "--verify").stdout)
-    assert info["path"] == remote and info["rows"] == 300 and info["verified_chunks"] == 6  # one chunk of each of 6 arrays
+    assert info["path"] == remote and info["rows"] == 300
+    assert info["verified_chunks"] == 6  # one chunk in each of 6 arrays
     ds = Dataset(remote)
     assert ds.strings("vocab") == Dataset(local).strings("vocab")
     a, b = Dataset(local).read_rows(50, 200), ds.read_rows(50, 200)
-    assert np.array_equal(a.indptr, b.indptr) and np.array_equal(a.indices, b.indices) and np.array_equal(a.data, b.data)
+    for part in ("indptr", "indices", "data"):
+        assert np.array_equal(getattr(a, part), getattr(b, part))
 
 
 @pytest.mark.parametrize("layout", ["dense", "sparse"])
@@ -140,7 +142,8 @@ def bucket_fit(s3, model: str, store: str, *options) -> tuple[dict, dict]:
     run, out = s3.url("run"), s3.url("fit.npz")
     fit = buffet("fit", model, store, "--out", run, *options, "--workers", 2, "--worker-kind", "processes", "--quiet")
     assert f"run {run}: finished" in fit.stdout
-    scores = json.loads(buffet("evaluate", run, "--json", "--workers", 1, "--worker-kind", "threads", "--quiet").stdout)
+    scores = json.loads(buffet("evaluate", run, "--json", "--workers", 1, "--worker-kind", "threads",
+                               "--quiet").stdout)
     buffet("export", run, "--out", out)  # the .npz goes straight into the bucket
     with np.load(io.BytesIO(s3.fs.cat_file(out))) as npz:
         return scores, {k: npz[k] for k in npz.files}
@@ -187,12 +190,12 @@ def test_workers_started_elsewhere_get_absolute_locations_and_the_storage_option
     for folder in folders.values():
         folder.mkdir()
     dask = str(Path(sys.executable).with_name("dask"))
+    quiet = {"env": env, "stdout": subprocess.DEVNULL, "stderr": subprocess.DEVNULL}
     started = [subprocess.Popen([dask, "scheduler", "--host", "127.0.0.1", "--port", str(port), "--no-dashboard"],
-                                cwd=folders["scheduler"], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)]
+                                cwd=folders["scheduler"], **quiet)]
     try:
-        started.append(subprocess.Popen([dask, "worker", f"tcp://127.0.0.1:{port}", "--nthreads", "1", "--no-dashboard"],
-                                        cwd=folders["worker"], env=env, stdout=subprocess.DEVNULL,
-                                        stderr=subprocess.DEVNULL))
+        started.append(subprocess.Popen([dask, "worker", f"tcp://127.0.0.1:{port}", "--nthreads", "1",
+                                         "--no-dashboard"], cwd=folders["worker"], **quiet))
         fit = subprocess.run([sys.executable, "-m", "buffet.pipeline.cli", "--storage-options", options, "fit", "bnmf",
                               uci_stores[1], "--out", "run", "--k", "3", "--mode", "batch", "--max-iter", "2",
                               "--checkpoint-every", "1", "--scheduler", f"tcp://127.0.0.1:{port}", "--quiet"],

@@ -292,7 +292,8 @@ class RunStore:
         if step != writer.step:
             raise ValueError(f"checkpoint folder {writer.name} is for step {writer.step}, not {step}")
         records: dict[str, FileRecord] = {}
-        for name, data in (("globals.npz", encode_arrays(globals)), ("state.json", _json_bytes({"step": step, **state}))):
+        written = (("globals.npz", encode_arrays(globals)), ("state.json", _json_bytes({"step": step, **state})))
+        for name, data in written:
             url = join(writer.url, name)
             write_bytes(url, data, self.storage_options)
             records[name] = FileRecord.of(url, data)
@@ -396,7 +397,8 @@ class RunStore:
             if zlib.crc32(body.encode("utf-8")) != manifest["crc32"]:
                 raise Unreadable("its manifest fails its checksum")
             content = json.loads(body)
-            files = {key: FileRecord(join(url, key), int(size), int(crc)) for key, (size, crc) in content["files"].items()}
+            files = {key: FileRecord(join(url, key), int(size), int(crc))
+                     for key, (size, crc) in content["files"].items()}
             blocks = {name: list(paths) for name, paths in content["blocks"].items()}
             if any(p not in files for paths in blocks.values() for p in paths):
                 raise Unreadable("its manifest names a block file it does not record")
