@@ -78,6 +78,18 @@ def test_a_damaged_newest_checkpoint_falls_back_to_the_one_before(where, caplog,
     assert RunStore(where).read_checkpoint().step == 3
 
 
+def test_the_next_commit_after_a_fallback_removes_the_damaged_checkpoint(tmp_path):
+    run = checkpointed_run(str(tmp_path / "run"))
+    older, newest = run._folders()
+    damage(run, newest, "globals.npz", "truncate")
+    resumed = RunStore(run.path)
+    assert resumed.read_checkpoint().step == 2
+    writer = resumed.begin_checkpoint(2)  # a checkpoint of the replay that sorts before the damaged one
+    resumed.save_checkpoint(writer, 2, {"g": np.zeros(1)}, {"trace": []}, {})
+    assert resumed._folders() == [older, writer.name]
+    assert RunStore(run.path).read_checkpoint().url.endswith(writer.name)
+
+
 def test_a_stray_pointer_file_changes_nothing(where):
     run = checkpointed_run(where)
     fs, root = filesystem(join(run.path, "checkpoint.json"))

@@ -407,13 +407,14 @@ class RunStore:
             raise Unreadable("its manifest is malformed") from None
 
     def _prune(self, current: str) -> None:
-        """Remove the checkpoint folders older than ``current`` except the newest complete one, so two remain."""
-        older = [n for n in self._folders() if n < current]
-        complete = [n for n in older if n not in self._unreadable
-                    and exists(join(self.path, n, MANIFEST), self.storage_options)]
-        keep = set(complete[-(KEEP - 1):])
-        for name in older:
-            if name not in keep:
+        """Remove the checkpoint folders older than ``current`` except the newest complete one, so two remain,
+        and those found unreadable (a fallback leaves a damaged one that sorts after ``current``)."""
+        names = self._folders()
+        older = [n for n in names if n < current and n not in self._unreadable]
+        complete = [n for n in older if exists(join(self.path, n, MANIFEST), self.storage_options)]
+        keep = set(complete[-(KEEP - 1):]) | {current}
+        for name in names:
+            if name not in keep and (name < current or name in self._unreadable):
                 remove(join(self.path, name), self.storage_options)
         self._unreadable.clear()
 
