@@ -166,10 +166,6 @@ class CheckpointFolder(str):
     def __truediv__(self, part: str) -> "CheckpointFolder":
         return CheckpointFolder(join(self, part))
 
-    @property
-    def name(self) -> str:
-        return posixpath.basename(self)
-
     def exists(self) -> bool:
         return exists(self)
 
