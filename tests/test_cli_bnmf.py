@@ -125,10 +125,10 @@ def test_user_errors_are_one_line_without_traceback(tmp_path, store):
 def test_existing_run_is_not_overwritten(tmp_path, store, capsys):
     run = tmp_path / "run"
     run_main(capsys, "fit", "bnmf", store, "--out", run, "--k", 3, "--batch-size", 600, "--workers", 1)
-    before = (run / "checkpoint.json").read_text()
+    before = {p: p.read_bytes() for p in run.rglob("*") if p.is_file()}
     proc = buffet("fit", "bnmf", store, "--out", run, "--k", 4, "--workers", 1, check=False)
     assert proc.returncode == 1 and "already exists" in proc.stderr
-    assert (run / "checkpoint.json").read_text() == before
+    assert {p: p.read_bytes() for p in run.rglob("*") if p.is_file()} == before
 
 
 def test_accelerated_local_sweeps_are_a_switch_of_fit(tmp_path, store, capsys):

@@ -2,7 +2,6 @@
 --debug (issue #10 item 4); messages go through the ``buffet`` logger."""
 
 import errno
-import json
 import logging
 import os
 import signal
@@ -18,6 +17,7 @@ import pytest
 import zarr
 
 from buffet.data.arrays import from_array
+from buffet.data.errors import StoreError
 from buffet.data.splits import add_split, holdout_rows
 from buffet.data.synthetic import bnmf_corpus
 from buffet.pipeline import cli
@@ -50,10 +50,18 @@ def finish(proc: subprocess.Popen) -> tuple[int, str]:
     return proc.returncode, err
 
 
+def checkpointed(run: Path) -> bool:
+    """Whether the run exists and has committed a checkpoint (``RunStore.newest_step``)."""
+    try:
+        return RunStore(run).newest_step() is not None
+    except StoreError:  # no run.json yet
+        return False
+
+
 def wait_for_checkpoint(run: Path, proc: subprocess.Popen) -> None:
     """Until the run has written its first checkpoint (the fit is then running its loop)."""
     deadline = time.monotonic() + 120
-    while not (run / "checkpoint.json").exists():
+    while not checkpointed(run):
         assert proc.poll() is None, proc.communicate()[1]
         assert time.monotonic() < deadline, "no checkpoint within 120 s"
         time.sleep(0.05)
@@ -124,7 +132,7 @@ def test_killed_worker_ends_with_one_line_naming_the_checkpoint(tmp_path: Path, 
     workers[0].kill()
     code, err = finish(proc)
     assert code == 1
-    step = json.loads((run / "checkpoint.json").read_text())["step"]
+    step = RunStore(run).read_checkpoint().step
     one_line(err, "lost a worker", f"checkpointed at step {step}", f"buffet resume {run}")
 
 

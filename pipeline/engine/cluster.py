@@ -13,6 +13,7 @@ if TYPE_CHECKING:
     import threadpoolctl
 
 from buffet.data.errors import UserError
+from buffet.data.urls import storage_options
 from buffet.pipeline.engine.messages import logger
 
 # Dask starts workers with MALLOC_TRIM_THRESHOLD_=65536, so every freed temporary above 64 KiB
@@ -33,7 +34,7 @@ def dask_client(workers: int | None = None, scheduler: str | None = None, dashbo
     """A ``distributed.Client``: on ``scheduler`` if given, else on a new LocalCluster with
     ``workers`` single-threaded worker processes or, with ``worker_kind="threads"``, one worker of
     ``workers`` threads inside this process (default: one per core). Prints the dashboard address
-    so a user can watch the tasks."""
+    so a user can watch the tasks. The workers get this process's storage options (``data.urls``)."""
     from distributed import Client
 
     if worker_kind not in WORKER_KINDS:
@@ -52,6 +53,10 @@ def dask_client(workers: int | None = None, scheduler: str | None = None, dashbo
             cluster = stack.enter_context(local_cluster(workers, worker_kind, dashboard))
             client = Client(cluster)
         stack.callback(client.close)
+        if storage_options():
+            from buffet.pipeline.engine.worker_setup import StorageOptions
+
+            client.register_plugin(StorageOptions(storage_options()))
         if not quiet and client.dashboard_link:
             logger("cluster").info("Dask dashboard: %s", client.dashboard_link)
         yield client
@@ -63,7 +68,9 @@ def local_cluster(workers: int | None, worker_kind: str, dashboard: bool) -> "di
     import dask
     from distributed import LocalCluster
 
-    common = {"dashboard_address": ":0" if dashboard else None, "silence_logs": logging.ERROR}
+    # A failed task reaches the client, which reports it in one line (its traceback with --debug); the
+    # workers' own "Compute Failed" log of it would print that traceback on every failure.
+    common = {"dashboard_address": ":0" if dashboard else None, "silence_logs": logging.CRITICAL}
     if worker_kind == "threads":
         return LocalCluster(n_workers=1, threads_per_worker=workers or os.cpu_count() or 1, processes=False,
                             **common)

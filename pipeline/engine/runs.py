@@ -15,6 +15,7 @@ from typing import Any, Callable
 import numpy as np
 
 from buffet.data.errors import UserError
+from buffet.data.urls import normalise
 from buffet.pipeline.engine.executors import Executor
 from buffet.pipeline.engine.fitloop import run_loop
 from buffet.pipeline.engine.runstore import RunStore
@@ -82,7 +83,7 @@ def fit_run(model: str, store: str, out: str, config: Any, executor: Executor, o
             stop_after: int | None = None, quiet: bool = False) -> RunStore:
     """Fit ``model`` on the dataset ``store`` into a new run folder ``out``."""
     spec = spec_for(model)
-    dataset = str(Path(store).resolve())
+    dataset = normalise(store)
     driver = spec.make_driver(config, dataset, executor)  # refuses data the model cannot take, before a run exists
     run = RunStore.create(out, model, dataset, asdict(config), overwrite=overwrite)
     return _fit(spec, run, config, executor, stop_after, quiet, driver, choose=True)
@@ -107,10 +108,11 @@ def _fit(spec: ModelSpec, run: RunStore, config: Any, executor: Executor, stop_a
 
 
 def resume_run(path: str, executor: Executor, quiet: bool = False) -> RunStore:
-    """Continue a run from its newest checkpoint; a finished run is left as it is. A run stopped before
-    its first checkpoint starts again (choosing its settings again if it had not recorded the choice)."""
+    """Continue a run from its newest readable checkpoint; a finished run is left as it is, unless its final
+    checkpoint is unreadable (then it continues from the one before). A run stopped before its first
+    checkpoint starts again (choosing its settings again if it had not recorded the choice)."""
     run = RunStore(path)
-    if run.status == "finished":
+    if run.status == "finished" and run.final_checkpoint_readable():
         return run
     spec = spec_for(run.model)
     config = config_from(spec, run.params)

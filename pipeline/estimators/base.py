@@ -27,6 +27,7 @@ import numpy as np
 
 from buffet.data.arrays import from_array
 from buffet.data.errors import InputError, StoreError, UserError
+from buffet.data.urls import join, normalise
 from buffet.kernels.bmf import RowStreams
 from buffet.pipeline.engine.blocks import MemoryRows
 from buffet.pipeline.engine.executors import DaskExecutor, Executor, SyncExecutor
@@ -219,7 +220,7 @@ class Estimator:
             return data.source, None
         if isinstance(data.source, str):
             return data.source, RunStore.create(run_dir, self.model_name, data.source, asdict(config))
-        store = str(Path(run_dir).resolve() / "data.zarr")
+        store = join(normalise(run_dir), "data.zarr")
         run = RunStore.create(run_dir, self.model_name, store, asdict(config))
         rows = data.source
         from_array(rows.X, store, _store_kind(rows, self.input_kind), mask=rows.mask)

@@ -43,9 +43,9 @@ def _computed(X):
 
 def _store_path(X) -> str | None:
     if isinstance(X, Dataset):
-        return str(X.path.resolve())
+        return X.path
     if isinstance(X, (str, os.PathLike)):
-        return str(Dataset(X).path.resolve())   # a missing or corrupt store fails here
+        return Dataset(X).path   # a missing or corrupt store fails here
     return None
 
 

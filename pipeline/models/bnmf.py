@@ -14,9 +14,9 @@ from typing import ClassVar
 from pathlib import Path
 
 import numpy as np
-import zarr
 
 from buffet.data.errors import UserError
+from buffet.data.urls import open_array
 from buffet.data.store import CSRRows
 from buffet.kernels import bnmf
 from buffet.pipeline.engine.blocks import Source, kept_rows, read_block, read_row_set, resolve, row_ranges
@@ -152,11 +152,11 @@ def completion_task(rows: CSRRows, seed: int, block: int, view: bnmf.TopicView, 
 
 
 def write_locals_task(a: np.ndarray, path: str, r0: int, r1: int, held_out: np.ndarray, name: str = "a") -> None:
-    zarr.open_array(f"{path}/{name}", mode="r+").oindex[r0 + kept_rows(r0, r1, held_out), :] = a
+    open_array(f"{path}/{name}", "r+").oindex[r0 + kept_rows(r0, r1, held_out), :] = a
 
 
 def read_locals_task(path: str, r0: int, r1: int, held_out: np.ndarray, name: str = "a") -> np.ndarray:
-    return np.asarray(zarr.open_array(f"{path}/{name}", mode="r").oindex[r0 + kept_rows(r0, r1, held_out), :])
+    return np.asarray(open_array(f"{path}/{name}", "r").oindex[r0 + kept_rows(r0, r1, held_out), :])
 
 
 # ----- the driver -----

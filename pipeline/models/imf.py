@@ -27,9 +27,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
-import zarr
 
 from buffet.data.errors import UserError
+from buffet.data.urls import open_array
 from buffet.data.store import DenseRows
 from buffet.kernels import imf, inmf
 from buffet.data.splits import EntrySample
@@ -180,11 +180,11 @@ def predict_task(source: Source, r0: int, r1: int, split: str | None, sample: En
 
 
 def write_rows_task(values: np.ndarray, path: str, name: str, r0: int) -> None:
-    zarr.open_array(f"{path}/{name}", mode="r+")[r0:r0 + values.shape[0], :] = values
+    open_array(f"{path}/{name}", "r+")[r0:r0 + values.shape[0], :] = values
 
 
 def read_rows_task(path: str, name: str, r0: int, r1: int) -> np.ndarray:
-    return np.asarray(zarr.open_array(f"{path}/{name}", mode="r")[r0:r1, :])
+    return np.asarray(open_array(f"{path}/{name}", "r")[r0:r1, :])
 
 
 # ----- the driver -----

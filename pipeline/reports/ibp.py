@@ -17,6 +17,7 @@ import numpy as np
 import zarr
 
 from buffet.data.errors import UserError
+from buffet.data.urls import normalise, zarr_store
 from buffet.kernels.ibp_synthetic import zzt_error
 from buffet.pipeline.models import ibp_summary
 from buffet.pipeline.reports import plots
@@ -31,13 +32,13 @@ TRUE_Z = "true_Z"
 
 def add_true_z(store: str | Path, Z: np.ndarray) -> None:
     """Store the true Z (N x K) of synthetic data in the dataset store as the array ``true_Z``."""
-    group = zarr.open_group(str(store), mode="a")
+    group = zarr.open_group(store=zarr_store(normalise(store), read_only=False), mode="a")
     group.create_array(TRUE_Z, shape=Z.shape, dtype=bool, overwrite=True)[:] = np.asarray(Z, bool)
 
 
 def true_z(store: str | Path) -> np.ndarray | None:
     """The true Z of a dataset store, or None when it has none."""
-    group = zarr.open_group(str(store), mode="r")
+    group = zarr.open_group(store=zarr_store(normalise(store)), mode="r")
     return np.asarray(group[TRUE_Z][:]) if TRUE_Z in group else None
 
 
