@@ -14,6 +14,7 @@ import pytest
 from buffet.data.arrays import from_array
 from buffet.data.splits import add_split, holdout_rows
 from buffet.data.synthetic import bnmf_corpus
+from helpers import unused_port
 
 
 @pytest.fixture(scope="session")
@@ -70,12 +71,6 @@ class Bucket:
         return s3fs.S3FileSystem()
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def _wait_for(port: int, proc: subprocess.Popen, seconds: float = 60.0) -> None:
     """Until something accepts connections on 127.0.0.1:port (the server has started)."""
     deadline = time.monotonic() + seconds
@@ -94,7 +89,7 @@ def s3():
     """A bucket on an S3 API server (moto's server mode) on 127.0.0.1, run as its own process for the
     session. The AWS_* variables that point s3fs and botocore at it are set for this process and so for
     the commands and Dask workers it starts."""
-    port = _free_port()
+    port = unused_port()
     server = subprocess.Popen([sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:

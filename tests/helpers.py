@@ -1,10 +1,11 @@
-"""Helpers shared by several test modules: the command line in a fresh interpreter or in this process, CSV
-tables, run checkpoints compared entry by entry, and a correlated NMF corpus (SPEC 3.6)."""
+"""Helpers shared by several test modules: the command line in a fresh interpreter or in this process, a free
+local port, CSV tables, run checkpoints compared entry by entry, and a correlated NMF corpus (SPEC 3.6)."""
 
 from __future__ import annotations
 
 import csv
 import signal
+import socket
 import subprocess
 import sys
 from concurrent.futures import ThreadPoolExecutor
@@ -35,6 +36,13 @@ def ctrl_c_as_in_a_terminal() -> None:
     that, and Python then installs no KeyboardInterrupt handler, so without this a suite started in the
     background would see its Ctrl-C tests run to the end."""
     signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
+def unused_port() -> int:
+    """A local TCP port that nothing listens on (bound once, then released)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
 
 
 def buffet_side_by_side(commands: list[tuple]) -> list[subprocess.CompletedProcess]:

@@ -5,7 +5,6 @@ import errno
 import logging
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -22,7 +21,7 @@ from buffet.data.splits import add_split, holdout_rows
 from buffet.data.synthetic import bnmf_corpus
 from buffet.pipeline import cli
 from buffet.pipeline.engine.runstore import RunStore
-from helpers import buffet, ctrl_c_as_in_a_terminal
+from helpers import buffet, ctrl_c_as_in_a_terminal, unused_port
 
 # A batch fit of this many iterations runs far longer than the few checkpoints a test waits for.
 LONG_FIT = ("--mode", "batch", "--max-iter", "100000", "--tol", "0", "--checkpoint-every", "1", "--k", "4",
@@ -96,13 +95,6 @@ def test_store_from_a_newer_version(tmp_path: Path, store: Path) -> None:
     proc = buffet("info", newer, check=False)
     assert proc.returncode == 1
     one_line(proc.stderr, "newer buffet", "upgrade")
-
-
-def unused_port() -> int:
-    """A local TCP port that nothing listens on (bound once, then released)."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def test_unreachable_scheduler(tmp_path: Path, store: Path) -> None:

@@ -22,7 +22,7 @@ from buffet.data.urls import OPTIONS_VARIABLE, is_url, normalise, zarr_store
 from buffet.pipeline.engine.executors import SyncExecutor
 from buffet.pipeline.engine.runs import config_from, fit_run, spec_for
 from buffet.pipeline.engine.runstore import RunStore
-from conftest import _free_port
+from helpers import unused_port
 
 
 def buffet(*args, check=True, env=None):
@@ -185,7 +185,7 @@ def test_workers_started_elsewhere_get_absolute_locations_and_the_storage_option
     bucket and writes its part of each checkpoint into a run folder given as a relative path."""
     env = {k: v for k, v in os.environ.items() if k not in ("AWS_ENDPOINT_URL", OPTIONS_VARIABLE)}
     options = json.dumps({"client_kwargs": {"endpoint_url": s3.endpoint}})
-    port = _free_port()
+    port = unused_port()
     folders = {name: tmp_path / name for name in ("scheduler", "worker", "client")}
     for folder in folders.values():
         folder.mkdir()
