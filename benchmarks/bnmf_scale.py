@@ -14,13 +14,14 @@ tree (CLI process, Dask nannies and workers), sampled every 100 ms with psutil.
 from __future__ import annotations
 
 import argparse
-import json
 import shutil
 import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import machine, record, run_measured
+
+from buffet.pipeline.engine.runstore import RunStore
 
 BUFFET = str(Path(sys.executable).with_name("buffet"))
 
@@ -68,8 +69,7 @@ def main() -> None:
     res = run_measured([BUFFET, "fit", "bnmf", str(store), "--out", str(run), "--overwrite", "--k", str(args.k),
                         "--batch-size", str(args.batch_size), "--passes", "1", "--workers", str(args.workers),
                         "--chunk-rows", str(args.chunk_rows), "--eval-every", str(args.eval_every), "--quiet"])
-    pointer = json.loads((run / "checkpoint.json").read_text())
-    trace = json.loads((run / pointer["folder"] / "state.json").read_text())["trace"]
+    trace = RunStore(run).read_checkpoint().state["trace"]
     last = trace[-1]
     res.update({"steps": len(trace), "docs_seen": last["docs_seen"], "driver_seconds": last["seconds"],
                 "docs_per_second_driver": last["docs_seen"] / last["seconds"],

@@ -49,10 +49,11 @@ from common import (
 def run_buffet(args) -> dict:
     from buffet.data.store import Dataset
     from buffet.kernels import bnmf
-    from buffet.pipeline.engine.blocks import read_row_set
-    from buffet.pipeline.models.bnmf import BNMFConfig, BNMFDriver, corpus_from_source
     from buffet.pipeline.engine.cluster import dask_client
-    from buffet.pipeline.engine.executors import DaskExecutor
+    from buffet.pipeline.engine.dataset import count_row_set, source_of
+    from buffet.pipeline.engine.engine import Engine
+    from buffet.pipeline.models.bnmf import BNMFConfig
+    from buffet.pipeline.reports.bnmf import make_driver
 
     config = BNMFConfig(n_topics=args.k, batch_size=args.batch_size, passes=1, seed=args.seed,
                         precision=args.precision, accelerate=args.accelerate,
@@ -60,9 +61,8 @@ def run_buffet(args) -> dict:
                         chunk_rows=args.chunk_rows or max(1, args.batch_size // max(1, args.workers)))
     with PeakMemory() as mem:
         with dask_client(args.workers, dashboard=False, quiet=True, worker_kind=args.worker_kind) as client:
-            corpus = corpus_from_source(args.store, "heldout")
-            driver = BNMFDriver(config, corpus, DaskExecutor(client))
-            driver._eval = []  # held-out scoring happens below, outside the timed pass
+            driver = make_driver(config, source_of(args.store), Engine(client))
+            driver.eval_rows = None  # held-out scoring happens below, outside the timed pass
             driver.start()
             mem.reset_cpu()
             with ForeignLoad() as load:
@@ -70,10 +70,10 @@ def run_buffet(args) -> dict:
                 trace = [driver.step(s) for s in range(driver.total_steps())]
                 seconds = time.perf_counter() - t0
                 own = mem.own_cpu_seconds()
-        g, h = driver.g, driver.h
-    hyper = driver.hyper
+        g, h = driver.globals["g"], driver.globals["h"]
+    hyper = driver.model.hyper
     held_rows = np.asarray(Dataset(args.store).split("heldout")["test_rows"], dtype=np.int64)
-    X_test = read_row_set(args.store, held_rows).to_scipy()
+    X_test = count_row_set(source_of(args.store), held_rows).to_scipy()
     obs, held = thirds(X_test)
     view = bnmf.TopicView.from_params(g, h, dtype=np.float64)
     ll, tokens = bnmf.completion_loglik(obs.indptr, obs.indices, obs.data, held.data, view, g / h, hyper,
@@ -82,7 +82,7 @@ def run_buffet(args) -> dict:
                           with_stats=False)
     beta = g / h
     check = mixture_loglik(fit.a / bnmf.theta_rate(view, hyper) * beta.sum(axis=0), beta.T, held)
-    return {"seconds": seconds, "docs": corpus.n_train, "peak_rss_mb": mem.peak / 2**20,
+    return {"seconds": seconds, "docs": driver.corpus.n_train, "peak_rss_mb": mem.peak / 2**20,
             "cpu_seconds": own, "foreign_load_cores": load.cores(own),
             "heldout_ll": ll / tokens, "heldout_ll_mixture_form": check,
             "mean_sweeps": float(np.mean([r["mean_sweeps"] for r in trace])),

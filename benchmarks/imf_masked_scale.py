@@ -35,7 +35,9 @@ from collections import defaultdict
 from pathlib import Path
 
 import numpy as np
+from buffet.data.chunks import ChunkWriter
 from buffet.data.store import DenseWriter, StoreWriter, check_values
+from buffet.pipeline.engine.runstore import RunStore
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import ForeignLoad, PeakMemory, machine, record, run_measured, wait_quiet
@@ -56,8 +58,7 @@ def write_masked_store(path: Path, rows: int, cols: int, missing: float, chunk_r
     observed = held = 0
     with StoreWriter(path, overwrite=True) as w:
         data = DenseWriter(w.group, cols, chunk_rows, with_mask=True)
-        test = w.group.require_group(f"splits/{SPLIT}").create_array(
-            "test_mask", shape=(0, cols), chunks=(chunk_rows, cols), dtype=bool)
+        test = ChunkWriter(w.group, f"splits/{SPLIT}/test_mask", (cols,), bool, chunk_rows)
         for i, r0 in enumerate(range(0, rows, chunk_rows)):
             rng = np.random.default_rng(seeds[1 + i])
             n = min(chunk_rows, rows - r0)
@@ -67,8 +68,9 @@ def write_masked_store(path: Path, rows: int, cols: int, missing: float, chunk_r
             check_values("real", x, f"rows {r0}..", observed=mask)
             data.add_rows(np.where(mask, x, 0.0), mask)
             held_out = mask & (rng.random((n, cols)) < HOLDOUT)
-            test.append(held_out, axis=0)
+            test.append(held_out)
             observed, held = observed + int(mask.sum()), held + int(held_out.sum())
+        test.finish()
         w.group[f"splits/{SPLIT}"].attrs.update({"kind": "entries", "fraction": HOLDOUT})
         w.group.attrs["splits"] = [SPLIT]
         w.commit("dense", "real", data.finish(), chunk_rows,
@@ -86,8 +88,7 @@ def children_cpu_seconds() -> float:
 
 def trace_summary(run: Path) -> dict:
     """Steps, K+ reached and mean seconds per step at each K+ from the run's last checkpoint trace."""
-    pointer = json.loads((run / "checkpoint.json").read_text())
-    trace = json.loads((run / pointer["folder"] / "state.json").read_text())["trace"]
+    trace = RunStore(run).read_checkpoint().state["trace"]
     seconds: dict[int, list[float]] = defaultdict(list)
     previous = 0.0
     for rec in trace:

@@ -60,18 +60,19 @@ def topics_for(store: str) -> Path:
         return path
     import numpy as np
     from buffet.kernels import bnmf
-    from buffet.pipeline.models.bnmf import BNMFConfig, BNMFDriver, corpus_from_source
-    from buffet.pipeline.engine.executors import SyncExecutor
+    from buffet.pipeline.engine.dataset import source_of
+    from buffet.pipeline.engine.engine import Engine
+    from buffet.pipeline.models.bnmf import BNMFConfig
+    from buffet.pipeline.reports.bnmf import make_driver
 
-    drv = BNMFDriver(BNMFConfig(n_topics=100, batch_size=1000, chunk_rows=500),
-                     corpus_from_source(store, "heldout"), SyncExecutor())
-    drv._eval = []
+    drv = make_driver(BNMFConfig(n_topics=100, batch_size=1000, chunk_rows=500), source_of(store), Engine())
+    drv.eval_rows = None  # no held-out scoring on the way
     drv.start()
-    g0, h0 = drv.g.copy(), drv.h.copy()
+    g0, h0 = drv.globals["g"].copy(), drv.globals["h"].copy()
     for s in range(20):
         drv.step(s)
-    assert isinstance(drv.hyper, bnmf.Hyper)
-    np.savez(path, g=drv.g, h=drv.h, g_start=g0, h_start=h0)
+    assert isinstance(drv.model.hyper, bnmf.Hyper)
+    np.savez(path, g=drv.globals["g"], h=drv.globals["h"], g_start=g0, h_start=h0)
     return path
 
 

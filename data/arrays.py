@@ -17,17 +17,19 @@ DEFAULT_ROWS_PER_CHUNK = 4096
 def from_array(X, path: str | os.PathLike, kind: str, mask: np.ndarray | None = None,
                rows_per_chunk: int = DEFAULT_ROWS_PER_CHUNK, vocab: Sequence[str] | None = None,
                row_labels: Sequence[str] | None = None, col_labels: Sequence[str] | None = None,
-               provenance: dict | None = None, overwrite: bool = False) -> Dataset:
+               provenance: dict | None = None, overwrite: bool = False,
+               storage_options: dict | None = None) -> Dataset:
     """Store a dense array (with optional mask) or a SciPy sparse matrix as a dataset.
 
     Sparse input is stored in the ``csr`` layout; dense input in the ``dense`` layout.
     Values are checked against ``kind`` (SPEC 1): NaN only where ``mask`` is False.
+    ``path`` may be a URL (``data.urls``); ``storage_options`` go to its filesystem.
     """
     check_kind(kind)
     if rows_per_chunk < 1:
         raise InputError(f"rows_per_chunk must be >= 1, got {rows_per_chunk}")
     provenance = {"source": "in-memory array", **(provenance or {})}
-    with StoreWriter(path, overwrite=overwrite) as w:
+    with StoreWriter(path, overwrite, storage_options) as w:
         if sp.issparse(X):
             if mask is not None:
                 raise InputError("a mask is only meaningful for dense input; sparse input stores its nonzeros")
@@ -38,7 +40,7 @@ def from_array(X, path: str | os.PathLike, kind: str, mask: np.ndarray | None = 
             layout = "dense"
         _write_labels(w, shape, vocab, row_labels, col_labels)
         w.commit(layout, kind, shape, rows_per_chunk, provenance)
-    return Dataset(path)
+    return Dataset(path, storage_options)
 
 
 def _write_sparse(w: StoreWriter, X: sp.csr_matrix, kind: str, rows_per_chunk: int) -> tuple[int, int]:

@@ -47,5 +47,5 @@ def finish_store(w: StoreWriter, layout: str, kind: str, shape: tuple[int, int],
             arrays, unit, n_test = {"test_mask": test}, "entries", np.count_nonzero(test)
         write_split(w.group, HOLDOUT_SPLIT, arrays,
                     {"kind": unit, "fraction": holdout, "seed": seed, "n_test": int(n_test),
-                     "created_by": "ingest"})
+                     "created_by": "ingest"}, rows_per_chunk)
     w.commit(layout, kind, shape, rows_per_chunk, prov)

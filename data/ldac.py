@@ -25,7 +25,8 @@ _WELL_FORMED = re.compile(rb"(?:[ \t]*(?:[0-9]+(?:[ \t]+[0-9]+:[0-9]+)*)?[ \t]*\
 def ingest_ldac(path: PathLike, vocab_path: PathLike | None, out: PathLike,
                 rows_per_chunk: int = DEFAULT_ROWS_PER_CHUNK, overwrite: bool = False,
                 holdout: float | None = None, seed: int = 0,
-                block_bytes: int = DEFAULT_BLOCK_BYTES) -> Dataset:
+                block_bytes: int = DEFAULT_BLOCK_BYTES,
+                storage_options: dict | None = None) -> Dataset:
     """Ingest an LDA-C corpus into a ``counts``/``csr`` dataset at ``out`` (SPEC 1).
 
     With a vocabulary the matrix has one column per word and ids must be below its length;
@@ -33,12 +34,13 @@ def ingest_ldac(path: PathLike, vocab_path: PathLike | None, out: PathLike,
     number of pairs, malformed pairs, ids out of range, repeated ids in a document, counts that
     are not non-negative integers, an empty file. ``holdout`` stores a ``heldout`` split of whole
     documents (``test_rows``).
+    ``out`` may be a URL (``data.urls``); ``storage_options`` go to its filesystem.
     """
     check_options(rows_per_chunk, holdout, block_bytes)
     vocab = read_words(vocab_path) if vocab_path is not None else None
     max_id = len(vocab) - 1 if vocab is not None else MAX_INDEX - 1
     context = f" ({vocab_path} has {len(vocab)} words)" if vocab is not None else ""
-    with StoreWriter(out, overwrite=overwrite) as w, TextSource(path) as src:
+    with StoreWriter(out, overwrite, storage_options) as w, TextSource(path) as src:
         writer = CSRWriter(w.group, None if vocab is None else len(vocab), rows_per_chunk, "counts", str(path))
         stream = CSRRowStream(writer, path, lambda r, c: f"word id {c} in document {r + 1}")
         n_docs = 0
@@ -55,7 +57,7 @@ def ingest_ldac(path: PathLike, vocab_path: PathLike | None, out: PathLike,
             write_strings(w.group, "vocab", vocab)
         prov = provenance("ldac", [path, vocab_path], documents=n_docs, lines=src.line)
         finish_store(w, "csr", "counts", shape, rows_per_chunk, prov, holdout, seed)
-    return Dataset(out)
+    return Dataset(out, storage_options)
 
 
 def parse_ldac_block(block: Block, path: PathLike) -> tuple[Records, int]:

@@ -30,7 +30,8 @@ BANNER = "%%matrixmarket matrix FORMAT FIELD general"
 def ingest_mtx(path: PathLike, out: PathLike, kind: str | None = None,
                rows_per_chunk: int = DEFAULT_ROWS_PER_CHUNK, overwrite: bool = False,
                holdout: float | None = None, seed: int = 0,
-               block_bytes: int = DEFAULT_BLOCK_BYTES) -> Dataset:
+               block_bytes: int = DEFAULT_BLOCK_BYTES,
+               storage_options: dict | None = None) -> Dataset:
     """Ingest a Matrix Market file into a dataset at ``out`` (SPEC 1).
 
     ``kind`` (real, binary, counts) defaults from the field. Errors name file and line: a bad
@@ -38,10 +39,11 @@ def ingest_mtx(path: PathLike, out: PathLike, kind: str | None = None,
     repeated coordinates, values the kind cannot take (NaN/inf, negative or fractional counts,
     non-0/1 binary values), malformed lines, an empty file. ``holdout`` stores a ``heldout``
     split: whole rows for counts, entries otherwise.
+    ``out`` may be a URL (``data.urls``); ``storage_options`` go to its filesystem.
     """
     check_options(rows_per_chunk, holdout, block_bytes)
-    with StoreWriter(out, overwrite=overwrite) as w, TextSource(path) as src, \
-            tempfile.TemporaryFile(dir=w.tmp) as scratch:
+    with StoreWriter(out, overwrite, storage_options) as w, TextSource(path) as src, \
+            tempfile.TemporaryFile(dir=w.scratch_dir) as scratch:
         layout_name, field = _read_banner(src)
         kind = kind or FIELD_KINDS[field]
         check_kind(kind)
@@ -70,7 +72,7 @@ def ingest_mtx(path: PathLike, out: PathLike, kind: str | None = None,
             shape, layout = _write_dense(w, buckets, n_rows, n_cols, rows_per_chunk, path), "dense"
         prov = provenance("mtx", [path], mtx_format=layout_name, field=field, lines=src.line)
         finish_store(w, layout, kind, shape, rows_per_chunk, prov, holdout, seed)
-    return Dataset(out)
+    return Dataset(out, storage_options)
 
 
 def _write_csr(w: StoreWriter, buckets: RowBuckets, n_rows: int, n_cols: int, rows_per_chunk: int, kind: str,

@@ -1,5 +1,5 @@
 """Role-mining pair ingest (SPEC 1, SPEC 4): ``user permission`` per line, 1-based, whitespace
-separated (the HP Labs files in ``datasets/rolemining/``).
+separated (the HP Labs files that ship in ``data/datasets/rolemining/``, ``bundled.rolemining_path``).
 
 Stored as a dense ``binary`` matrix without a mask: every listed pair is a 1, every other
 pair a 0. The matrix is users x permissions, or permissions x users with ``transpose`` (the
@@ -26,17 +26,19 @@ PAIR_RECORD = RecordSpec(("user", "permission"), ())
 def ingest_pairs(path: PathLike, out: PathLike, transpose: bool = False,
                  rows_per_chunk: int = DEFAULT_ROWS_PER_CHUNK, overwrite: bool = False,
                  holdout: float | None = None, seed: int = 0,
-                 block_bytes: int = DEFAULT_BLOCK_BYTES) -> Dataset:
+                 block_bytes: int = DEFAULT_BLOCK_BYTES,
+                 storage_options: dict | None = None) -> Dataset:
     """Ingest a user-permission pair file into a dense ``binary`` dataset at ``out`` (SPEC 1).
 
     Errors name file and line: malformed lines, ids below 1, a repeated pair, an empty file.
     ``holdout`` stores a ``heldout`` split of entries (``test_mask``, a fraction of all entries,
     ones and zeros alike, as in the role-mining protocol of SPEC 4).
+    ``out`` may be a URL (``data.urls``); ``storage_options`` go to its filesystem.
     """
     check_options(rows_per_chunk, holdout, block_bytes)
     row_axis = 1 if transpose else 0
-    with StoreWriter(out, overwrite=overwrite) as w, TextSource(path) as src, \
-            tempfile.TemporaryFile(dir=w.tmp) as scratch:
+    with StoreWriter(out, overwrite, storage_options) as w, TextSource(path) as src, \
+            tempfile.TemporaryFile(dir=w.scratch_dir) as scratch:
         buckets = RowBuckets(scratch, rows_per_chunk)
         shape, pairs = np.zeros(2, dtype=np.int64), 0
         for block in src.blocks(block_bytes):
@@ -59,7 +61,7 @@ def ingest_pairs(path: PathLike, out: PathLike, transpose: bool = False,
         prov = provenance("pairs", [path], pairs=pairs, lines=src.line,
                           orientation="permissions x users" if transpose else "users x permissions")
         finish_store(w, "dense", "binary", writer.finish(), rows_per_chunk, prov, holdout, seed)
-    return Dataset(out)
+    return Dataset(out, storage_options)
 
 
 def _describe(row: int, col: int, transpose: bool) -> str:

@@ -25,7 +25,8 @@ DELIMITERS = ("\t", ",", ";")  # tried in this order; otherwise runs of whitespa
 
 
 def ingest_ratings(path: PathLike, out: PathLike, rows_per_chunk: int = DEFAULT_ROWS_PER_CHUNK,
-                   overwrite: bool = False, holdout: float | None = None, seed: int = 0) -> Dataset:
+                   overwrite: bool = False, holdout: float | None = None, seed: int = 0,
+                   storage_options: dict | None = None) -> Dataset:
     """Ingest long-form ratings ``user,item,rating`` (CSV, TSV, ``;`` or whitespace separated,
     told apart by the first line; an optional header line; extra columns such as a timestamp
     are ignored) into a masked dense ``real`` dataset at ``out`` (SPEC 1).
@@ -36,10 +37,11 @@ def ingest_ratings(path: PathLike, out: PathLike, rows_per_chunk: int = DEFAULT_
     stores a ``heldout`` split of rated entries (``test_mask``). Since a user's ratings may be
     anywhere in the file, they are spilled by user bucket to a scratch file and the matrix is
     written one bucket of users at a time (``entries.RowBuckets``); memory holds the id tables.
+    ``out`` may be a URL (``data.urls``); ``storage_options`` go to its filesystem.
     """
     check_options(rows_per_chunk, holdout)
-    with StoreWriter(out, overwrite=overwrite) as w, TextSource(path) as src, \
-            tempfile.TemporaryFile(dir=w.tmp) as scratch:
+    with StoreWriter(out, overwrite, storage_options) as w, TextSource(path) as src, \
+            tempfile.TemporaryFile(dir=w.scratch_dir) as scratch:
         table = _RatingList(path, RowBuckets(scratch, rows_per_chunk))
         rating_rows = _rating_rows(src)
         header = table.add_first(next(rating_rows, None))
@@ -50,7 +52,7 @@ def ingest_ratings(path: PathLike, out: PathLike, rows_per_chunk: int = DEFAULT_
         write_strings(w.group, "col_labels", list(table.items))
         prov = provenance("ratings", [path], header=header, ratings=table.count, lines=src.line)
         finish_store(w, "dense", "real", shape, rows_per_chunk, prov, holdout, seed)
-    return Dataset(out)
+    return Dataset(out, storage_options)
 
 
 def _rating_rows(src: TextSource) -> Iterator[tuple[int, list[str]]]:
@@ -141,7 +143,8 @@ class _RatingList:
 def ingest_dense_ratings(path: PathLike, out: PathLike, sentinel: float = 99.0, first_column_count: bool = False,
                          rows_per_chunk: int = DEFAULT_ROWS_PER_CHUNK, overwrite: bool = False,
                          holdout: float | None = None, seed: int = 0,
-                         block_bytes: int = DEFAULT_BLOCK_BYTES) -> Dataset:
+                         block_bytes: int = DEFAULT_BLOCK_BYTES,
+                         storage_options: dict | None = None) -> Dataset:
     """Ingest a dense user x item table (the Jester layout: one user per line, numbers separated
     by whitespace or commas) into a masked dense ``real`` dataset at ``out`` (SPEC 1).
 
@@ -150,9 +153,10 @@ def ingest_dense_ratings(path: PathLike, out: PathLike, sentinel: float = 99.0, 
     checked and dropped. Rows are streamed in blocks. Errors name file and line: rows of
     differing length, non-numbers, NaN/inf that is not the sentinel, a wrong count column, an
     empty file. ``holdout`` stores a ``heldout`` split of rated entries (``test_mask``).
+    ``out`` may be a URL (``data.urls``); ``storage_options`` go to its filesystem.
     """
     check_options(rows_per_chunk, holdout, block_bytes)
-    with StoreWriter(out, overwrite=overwrite) as w, TextSource(path) as src:
+    with StoreWriter(out, overwrite, storage_options) as w, TextSource(path) as src:
         writer: DenseWriter | None = None
         spec: RecordSpec | None = None
         for block in src.blocks(block_bytes):
@@ -168,7 +172,7 @@ def ingest_dense_ratings(path: PathLike, out: PathLike, sentinel: float = 99.0, 
         prov = provenance("dense-ratings", [path], sentinel=sentinel, first_column_count=first_column_count,
                           lines=src.line)
         finish_store(w, "dense", "real", shape, rows_per_chunk, prov, holdout, seed)
-    return Dataset(out)
+    return Dataset(out, storage_options)
 
 
 def _table_spec(block: Block, first_column_count: bool, path: PathLike) -> RecordSpec | None:

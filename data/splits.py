@@ -11,8 +11,10 @@ from dataclasses import dataclass
 import numpy as np
 import zarr
 
+from buffet.data.chunks import write_array
 from buffet.data.errors import InputError, StoreError
-from buffet.data.store import Dataset
+from buffet.data.store import NNZ_CHUNK, Dataset
+from buffet.data.urls import zarr_store
 
 
 def holdout_rows(n_rows: int, fraction: float, seed: int) -> np.ndarray:
@@ -46,14 +48,17 @@ def add_split(ds: Dataset, name: str, arrays: dict[str, np.ndarray], description
     """Store a named split beside the data (the store must be writable)."""
     if name in ds.split_names():
         raise StoreError(f"{ds.path}: a split named {name!r} already exists")
-    write_split(zarr.open_group(str(ds.path), mode="r+"), name, arrays, description)
+    group = zarr.open_group(store=zarr_store(ds.path, ds.storage_options, read_only=False), mode="r+")
+    write_split(group, name, arrays, description, ds.rows_per_chunk)
 
 
-def write_split(group: zarr.Group, name: str, arrays: dict[str, np.ndarray], description: dict) -> None:
-    """Write a split's arrays into an open group: an existing store or one being ingested."""
+def write_split(group: zarr.Group, name: str, arrays: dict[str, np.ndarray], description: dict,
+                rows_per_chunk: int) -> None:
+    """Write a split's arrays into an open group (an existing store or one being ingested), chunked and
+    recorded as the data are: masks in chunks of ``rows_per_chunk`` rows, row lists in ``NNZ_CHUNK``."""
     sub = group.require_group(f"splits/{name}")
     for key, arr in arrays.items():
-        sub.create_array(key, shape=arr.shape, dtype=arr.dtype)[...] = arr
+        write_array(group, f"splits/{name}/{key}", arr, rows_per_chunk if arr.ndim == 2 else NNZ_CHUNK)
     sub.attrs.update(description)
     group.attrs["splits"] = list(group.attrs.get("splits", [])) + [name]
 

@@ -8,10 +8,16 @@ Layouts
 
 Group attributes: ``buffet_format``, ``layout``, ``kind`` (real, binary, counts), ``shape``,
 ``rows_per_chunk``, ``provenance`` and ``splits`` (names). Optional string arrays ``vocab``,
-``row_labels``, ``col_labels``. Splits live in ``splits/<name>/`` as index or mask arrays.
+``row_labels``, ``col_labels``. Splits live in ``splits/<name>/`` as index or mask arrays. Every
+array has its chunk records in ``chunk_records/<name>`` and every read is verified against them
+(``data.chunks``): a lost or damaged chunk is an error, never zeros.
 
-A new store is written into a hidden folder beside the target and renamed into place only
-when complete, so an error never leaves a half-written store and never destroys an old one.
+A store lives at a local path or at any URL fsspec reaches (``data.urls``). On disk a new store is
+written into a hidden folder beside the target and renamed into place only when complete, so an
+error never leaves a half-written store and never destroys an old one. An object store has no
+rename: the store is written in place, marked partial from the start, and the group attributes
+with ``buffet_format`` are written last, so a store whose upload stopped is refused on open.
+Replacing a store on an object store (``overwrite``) removes the old one first: not atomic there.
 """
 
 from __future__ import annotations
@@ -21,15 +27,19 @@ import shutil
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Sequence
+from typing import Any, Sequence
 
 import numpy as np
 import scipy.sparse as sp
 import zarr
 
+from buffet.data.chunks import RECORDS, CheckedArray, ChunkWriter, write_array
 from buffet.data.errors import InputError, StoreError
+from buffet.data.urls import exists, filesystem, is_url, normalise, remove, zarr_store
 
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2  # 2: chunk records and checksummed chunks (issue #11)
+PARTIAL = "buffet_partial"  # group attribute of a store whose ingest has not finished
+STRING_CHUNK = 1 << 16  # strings per chunk of vocab and label arrays
 KINDS = ("real", "binary", "counts")
 LAYOUTS = ("csr", "dense")
 NNZ_CHUNK = 1 << 17  # nnz per Zarr chunk: a 500-document block (~130k nnz) decompresses ~2 chunks, not 1M entries
@@ -101,46 +111,73 @@ def check_values(kind: str, values: np.ndarray, where: str, observed: np.ndarray
         raise InputError(f"{where}: {found[1]}")
 
 
-def check_format(found: object, supported: int, where: str, what: str) -> None:
+def check_format(found: object, supported: int, where: str, what: str, redo: str) -> None:
     """Refuse a ``what`` ("dataset", "run") at ``where`` whose format number is missing or other than
-    ``supported``; a larger number means a newer buffet wrote it, and the message says to upgrade."""
+    ``supported``: a larger number means a newer buffet wrote it (the message says to upgrade), a smaller
+    one an older buffet (the message says ``redo``, what to do instead)."""
     if found == supported:
         return
     if isinstance(found, int) and found > supported:
         raise StoreError(f"{where}: written by a newer buffet ({what} format {found}; this version reads "
                          f"format {supported}): upgrade buffet (pip install -U buffet)")
+    if isinstance(found, int) and found >= 1:
+        raise StoreError(f"{where}: written by an older buffet ({what} format {found}; this version reads "
+                         f"format {supported}): {redo}")
     raise StoreError(f"{where}: not a buffet {what} (no {what} format {supported} marker)")
 
 
-class Dataset:
-    """A dataset store opened for reading; validates its structure on open."""
+READ_CHUNKS = 16  # chunks per read when a whole array is scanned (an object store fetches them in parallel)
 
-    def __init__(self, path: str | os.PathLike):
-        self.path = Path(path)
-        if not self.path.exists():
+
+class Dataset:
+    """A dataset store (a local path or a URL) opened for reading; validates its structure on open and
+    verifies every chunk it reads (``data.chunks``)."""
+
+    def __init__(self, location: str | os.PathLike, storage_options: dict[str, Any] | None = None):
+        """Open the store at ``location``; ``storage_options`` go to fsspec (default: ``urls.storage_options``)."""
+        self.path = normalise(location)
+        self.storage_options = storage_options
+        self.fs, self.root = filesystem(self.path, storage_options)
+        if not exists(self.path, storage_options):
             raise StoreError(f"{self.path}: no such dataset store")
         try:
-            self.group = zarr.open_group(str(self.path), mode="r")
+            self.group = zarr.open_group(store=zarr_store(self.path, storage_options), mode="r")
             attrs = dict(self.group.attrs)
         except Exception as exc:  # zarr raises many types for unreadable folders
             raise StoreError(f"{self.path}: not a readable Zarr group ({exc})") from exc
-        check_format(attrs.get("buffet_format"), FORMAT_VERSION, str(self.path), "dataset")
+        if attrs.get(PARTIAL):
+            raise StoreError(f"{self.path}: partial store: the ingest that wrote it did not finish (an interrupted "
+                             "upload or a failed ingest); re-run the ingest")
+        check_format(attrs.get("buffet_format"), FORMAT_VERSION, self.path, "dataset",
+                     "re-run the ingest with --overwrite to rewrite it in this version's format")
         self.attrs = attrs
         self.layout: str = attrs["layout"]
         self.kind: str = attrs["kind"]
         self.shape: tuple[int, int] = tuple(attrs["shape"])  # type: ignore[assignment]
         self.rows_per_chunk: int = int(attrs["rows_per_chunk"])
-        self._arrays: dict[str, zarr.Array] = {}
+        self.has_mask = self.layout == "dense" and "mask" in self.group
+        self._arrays: dict[str, CheckedArray] = {}
         self._validate()
 
-    def _array(self, name: str) -> zarr.Array:
-        """The named array, opened once (opening reads its metadata from the store)."""
+    def _array(self, name: str) -> CheckedArray:
+        """The named array with its chunk records, opened once (opening reads its metadata and records)."""
         if name not in self._arrays:
             try:
-                self._arrays[name] = self.group[name]
+                array, records = self.group[name], self.group[f"{RECORDS}/{name}"]
             except KeyError:
-                raise StoreError(f"{self.path}: array {name!r} is missing (partial or corrupt store)") from None
+                raise StoreError(f"{self.path}: array {name!r} or its chunk records are missing (partial or "
+                                 "corrupt store); re-run the ingest") from None
+            try:
+                values = np.asarray(records[...])
+            except (ValueError, RuntimeError):
+                raise StoreError(f"{self.path}: the chunk records of array {name!r} are corrupted; "
+                                 "re-run the ingest") from None
+            self._arrays[name] = CheckedArray(self.path, name, array, values, self._present)
         return self._arrays[name]
+
+    def _present(self, key: str) -> bool:
+        """Whether the store holds an object under ``key`` (a chunk key)."""
+        return self.fs.exists(f"{self.root}/{key}")
 
     def _validate(self) -> None:
         n, d = self.shape
@@ -149,12 +186,13 @@ class Dataset:
             nnz = self._array("indices").shape[0]
             if indptr.shape != (n + 1,) or self._array("data").shape[0] != nnz:
                 raise StoreError(f"{self.path}: CSR arrays disagree with shape {self.shape}")
-            if int(indptr[n]) != nnz:
-                raise StoreError(f"{self.path}: indptr ends at {int(indptr[n])} but there are {nnz} entries")
+            end = int(indptr.read(n, n + 1)[0])
+            if end != nnz:
+                raise StoreError(f"{self.path}: indptr ends at {end} but there are {nnz} entries")
         elif self.layout == "dense":
             if self._array("X").shape != (n, d):
                 raise StoreError(f"{self.path}: X has shape {self._array('X').shape}, expected {self.shape}")
-            if "mask" in self.group and self.group["mask"].shape != (n, d):
+            if self.has_mask and self._array("mask").shape != (n, d):
                 raise StoreError(f"{self.path}: mask shape differs from X")
         else:
             raise StoreError(f"{self.path}: unknown layout {self.layout!r}")
@@ -167,24 +205,20 @@ class Dataset:
     def n_cols(self) -> int:
         return self.shape[1]
 
-    @property
-    def has_mask(self) -> bool:
-        return self.layout == "dense" and "mask" in self.group
-
     def strings(self, name: str) -> list[str] | None:
         """A stored string array (``vocab``, ``row_labels``, ``col_labels``) or None."""
-        return [str(s) for s in self.group[name][:]] if name in self.group else None
+        return [str(s) for s in self._array(name).read()] if name in self.group else None
 
     def read_rows(self, r0: int, r1: int) -> CSRRows | DenseRows:
         """Rows [r0, r1): two slices of the nnz arrays for CSR, one row slab for dense."""
         if self.layout == "csr":
-            ptr = np.asarray(self._array("indptr")[r0:r1 + 1], dtype=np.int64)
+            ptr = self._array("indptr").read(r0, r1 + 1).astype(np.int64)
             lo, hi = int(ptr[0]), int(ptr[-1])
-            idx = np.asarray(self._array("indices")[lo:hi], dtype=np.int32)
-            val = np.asarray(self._array("data")[lo:hi], dtype=np.float64)
+            idx = self._array("indices").read(lo, hi).astype(np.int32)
+            val = self._array("data").read(lo, hi).astype(np.float64)
             return CSRRows(ptr - lo, idx, val, self.n_cols)
-        X = np.asarray(self._array("X")[r0:r1], dtype=np.float64)
-        mask = np.asarray(self._array("mask")[r0:r1], dtype=bool) if self.has_mask else None
+        X = self._array("X").read(r0, r1).astype(np.float64)
+        mask = self._array("mask").read(r0, r1).astype(bool) if self.has_mask else None
         return DenseRows(X, mask)
 
     def row_bounds(self, rows_per_chunk: int | None = None) -> list[tuple[int, int]]:
@@ -196,8 +230,8 @@ class Dataset:
         """Sum of all stored values (total tokens for a corpus)."""
         if self.layout == "csr":
             data = self._array("data")
-            return float(sum(np.sum(data[i:i + NNZ_CHUNK], dtype=np.float64)
-                             for i in range(0, data.shape[0], NNZ_CHUNK)))
+            step = data.chunk_rows * READ_CHUNKS
+            return float(sum(np.sum(data.read(i, i + step), dtype=np.float64) for i in range(0, data.n_rows, step)))
         return float(sum(np.nansum(self.read_rows(a, b).X) for a, b in self.row_bounds()))
 
     def nnz(self) -> int:
@@ -214,19 +248,32 @@ class Dataset:
         """The arrays of a named split (``test_rows`` or ``test_mask``)."""
         if name not in self.split_names():
             raise StoreError(f"{self.path}: no split named {name!r} (have: {self.split_names() or 'none'})")
-        g = self.group[f"splits/{name}"]
-        return {k: np.asarray(g[k][:]) for k in g.array_keys()}
+        keys = self.group[f"splits/{name}"].array_keys()
+        return {k: self._array(f"splits/{name}/{k}").read() for k in keys}
 
     def read_split_rows(self, name: str, key: str, r0: int, r1: int) -> np.ndarray:
         """Rows [r0, r1) of a split's 2-D array (e.g. the ``test_mask`` of held-out entries)."""
         if name not in self.split_names() or key not in self.group[f"splits/{name}"]:
             raise StoreError(f"{self.path}: split {name!r} has no {key!r} array")
-        return np.asarray(self.group[f"splits/{name}/{key}"][r0:r1])
+        return self._array(f"splits/{name}/{key}").read(r0, r1)
+
+    def verify(self) -> int:
+        """Read every array of the store whole, checking every chunk against its record; the number of
+        chunks checked. A missing or corrupted chunk is a ``StoreError`` naming it."""
+        names = [name for name, node in self.group[RECORDS].members(max_depth=None) if isinstance(node, zarr.Array)]
+        checked = 0
+        for name in sorted(names):
+            array = self._array(name)
+            step = array.chunk_rows * READ_CHUNKS
+            for start in range(0, array.n_rows, step):
+                array.read(start, start + step)
+            checked += array.n_chunks
+        return checked
 
     def describe(self) -> dict:
         """The facts ``buffet info`` prints."""
         n, d = self.shape
-        out = {"path": str(self.path), "layout": self.layout, "kind": self.kind, "rows": n, "columns": d,
+        out = {"path": self.path, "layout": self.layout, "kind": self.kind, "rows": n, "columns": d,
                "rows_per_chunk": self.rows_per_chunk, "chunks": len(self.row_bounds()),
                "stored_entries": self.nnz(), "masked": self.has_mask,
                "splits": {s: dict(self.group[f"splits/{s}"].attrs) for s in self.split_names()},
@@ -240,38 +287,68 @@ class Dataset:
 
 
 class StoreWriter:
-    """Builds a new store in a hidden folder beside ``path``; ``commit`` moves it into place.
+    """Builds a new store at ``location``; ``commit`` makes it a complete store.
 
-    Used as a context manager: on any exception the hidden folder is removed and whatever
-    was at ``path`` before is untouched (SPEC 1: never a half-written store).
+    Used as a context manager. On disk the store is built in a hidden folder beside ``location`` and
+    moved into place by ``commit``; on any exception the hidden folder is removed and whatever was at
+    ``location`` before is untouched (SPEC 1: never a half-written store). On an object store it is
+    written in place, marked partial until ``commit`` writes the group attributes; ``overwrite`` removes
+    the old store first, and an exception removes what was written.
     """
 
-    def __init__(self, path: str | os.PathLike, overwrite: bool = False):
-        self.path = Path(path)
-        if self.path.exists() and not overwrite:
+    def __init__(self, location: str | os.PathLike, overwrite: bool = False,
+                 storage_options: dict[str, Any] | None = None):
+        self.path = normalise(location)
+        self.storage_options = storage_options
+        self.remote = is_url(self.path)
+        if exists(self.path, storage_options) and not overwrite:
             raise InputError(f"{self.path} already exists (pass --overwrite to replace it)")
-        self.tmp = self.path.parent / f".{self.path.name}.partial-{uuid.uuid4().hex[:8]}"
+        self.overwrite = overwrite
+        target = Path(self.path)
+        self.tmp = None if self.remote else str(target.parent / f".{target.name}.partial-{uuid.uuid4().hex[:8]}")
         self.group: zarr.Group | None = None
 
+    @property
+    def scratch_dir(self) -> str | None:
+        """A local folder for scratch files: the hidden folder of a store on disk, the system's temporary
+        folder (None) for a store on a URL."""
+        return self.tmp
+
     def __enter__(self) -> "StoreWriter":
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        self.group = zarr.open_group(str(self.tmp), mode="w")
+        if self.remote:
+            if self.overwrite:
+                remove(self.path, self.storage_options)
+            store = zarr_store(self.path, self.storage_options, read_only=False)
+        else:
+            Path(self.path).parent.mkdir(parents=True, exist_ok=True)
+            store = zarr_store(self.tmp, read_only=False)
+        self.group = zarr.open_group(store=store, mode="w")
+        self.group.attrs.put({PARTIAL: True})
         return self
 
     def __exit__(self, exc_type, exc, tb) -> None:
-        if exc_type is not None:
+        if exc_type is None:
+            return
+        if self.remote:
+            try:
+                remove(self.path, self.storage_options)
+            except OSError:
+                pass  # the marker is missing, so what is left is refused on open
+        else:
             shutil.rmtree(self.tmp, ignore_errors=True)
 
     def commit(self, layout: str, kind: str, shape: tuple[int, int], rows_per_chunk: int,
-               provenance: dict) -> Path:
-        """Write the group attributes last, then swap the folder into place."""
+               provenance: dict) -> str:
+        """Write the group attributes last (one write that also drops the partial mark), then, on disk,
+        swap the folder into place."""
         check_kind(kind)
         assert self.group is not None
-        self.group.attrs.update({"buffet_format": FORMAT_VERSION, "layout": layout, "kind": kind,
-                                 "shape": [int(shape[0]), int(shape[1])],
-                                 "rows_per_chunk": int(rows_per_chunk), "provenance": provenance,
-                                 "splits": list(self.group.attrs.get("splits", []))})
-        replace_dir(self.tmp, self.path)
+        self.group.attrs.put({"buffet_format": FORMAT_VERSION, "layout": layout, "kind": kind,
+                              "shape": [int(shape[0]), int(shape[1])],
+                              "rows_per_chunk": int(rows_per_chunk), "provenance": provenance,
+                              "splits": list(self.group.attrs.get("splits", []))})
+        if not self.remote:
+            replace_dir(Path(self.tmp), Path(self.path))
         return self.path
 
 
@@ -287,9 +364,10 @@ def replace_dir(new: Path, target: Path) -> None:
 
 
 def write_strings(group: zarr.Group, name: str, values: Sequence[str]) -> None:
-    arr = group.create_array(name, shape=(len(values),), dtype=str)
-    if len(values):
-        arr[:] = np.asarray(list(values), dtype=str)
+    """A string array (vocabulary, labels), chunked and recorded like every other array."""
+    writer = ChunkWriter(group, name, (), str, STRING_CHUNK)
+    writer.append(np.asarray(list(values), dtype=np.dtypes.StringDType()))
+    writer.finish()
 
 
 class CSRWriter:
@@ -302,12 +380,13 @@ class CSRWriter:
         self.n_cols = n_cols
         self.max_col = -1
         dtype = np.float64 if kind == "real" else np.float32
-        self.indptr = group.create_array("indptr", shape=(0,), chunks=(NNZ_CHUNK,), dtype=np.int64)
-        self.indices = group.create_array("indices", shape=(0,), chunks=(NNZ_CHUNK,), dtype=np.int32)
-        self.data = group.create_array("data", shape=(0,), chunks=(NNZ_CHUNK,), dtype=dtype)
+        self.indptr = ChunkWriter(group, "indptr", (), np.int64, NNZ_CHUNK)
+        self.indices = ChunkWriter(group, "indices", (), np.int32, NNZ_CHUNK)
+        self.data = ChunkWriter(group, "data", (), dtype, NNZ_CHUNK)
         self.group = group
         self.n_rows = 0
         self.nnz = 0
+        self.offsets = [0]  # nnz at every row-chunk boundary so far (the future ``chunk_offsets``)
         self.indptr.append(np.zeros(1, dtype=np.int64))
 
     def add_rows(self, counts: np.ndarray, indices: np.ndarray, data: np.ndarray, where: str) -> None:
@@ -324,30 +403,33 @@ class CSRWriter:
         keep = data != 0
         row_of = np.repeat(np.arange(len(counts)), counts)
         kept_counts = np.bincount(row_of[keep], minlength=len(counts))
+        ends = self.nnz + np.cumsum(kept_counts)
         self.indices.append(indices[keep].astype(np.int32))
         self.data.append(data[keep])
-        self.indptr.append(self.nnz + np.cumsum(kept_counts))
+        self.indptr.append(ends)
+        first = self.n_rows + 1  # the row boundary that ends[0] is the offset of
+        boundary = -(-first // self.rows_per_chunk) * self.rows_per_chunk
+        self.offsets.extend(int(ends[b - first]) for b in range(boundary, self.n_rows + len(counts) + 1,
+                                                                 self.rows_per_chunk))
         self.nnz += int(kept_counts.sum())
         self.n_rows += len(counts)
 
     def finish(self) -> tuple[int, int]:
-        """Write the chunk offsets; return the matrix shape."""
+        """Write what the arrays hold and the chunk offsets; return the matrix shape."""
         n_cols = self.n_cols if self.n_cols is not None else self.max_col + 1
-        bounds = np.arange(0, self.n_rows + 1, self.rows_per_chunk)
-        if bounds[-1] != self.n_rows:
-            bounds = np.append(bounds, self.n_rows)
-        offsets = np.asarray(self.indptr[:][bounds], dtype=np.int64) if self.n_rows else np.zeros(1, np.int64)
-        arr = self.group.create_array("chunk_offsets", shape=offsets.shape, dtype=np.int64)
-        arr[:] = offsets
+        for writer in (self.indptr, self.indices, self.data):
+            writer.finish()
+        if self.n_rows % self.rows_per_chunk:
+            self.offsets.append(self.nnz)
+        write_array(self.group, "chunk_offsets", np.asarray(self.offsets, dtype=np.int64), NNZ_CHUNK)
         return self.n_rows, n_cols
 
 
 def write_dense(group: zarr.Group, X: np.ndarray, mask: np.ndarray | None, rows_per_chunk: int) -> None:
     """Write ``X`` (and ``mask``) with row chunks spanning all columns."""
-    chunks = (max(1, min(rows_per_chunk, X.shape[0])), max(1, X.shape[1]))
-    group.create_array("X", shape=X.shape, chunks=chunks, dtype=np.float64)[:] = X
-    if mask is not None:
-        group.create_array("mask", shape=X.shape, chunks=chunks, dtype=bool)[:] = mask
+    writer = DenseWriter(group, X.shape[1], max(1, min(rows_per_chunk, X.shape[0])), mask is not None)
+    writer.add_rows(X, mask)
+    writer.finish()
 
 
 class DenseWriter:
@@ -358,17 +440,19 @@ class DenseWriter:
 
     def __init__(self, group: zarr.Group, n_cols: int, rows_per_chunk: int, with_mask: bool):
         """Empty ``X`` (and ``mask``) arrays with row chunks spanning all columns."""
-        chunks = (max(1, rows_per_chunk), max(1, n_cols))
-        self.X = group.create_array("X", shape=(0, n_cols), chunks=chunks, dtype=np.float64)
-        self.mask = (group.create_array("mask", shape=(0, n_cols), chunks=chunks, dtype=bool)
-                     if with_mask else None)
+        self.n_cols = n_cols
+        self.X = ChunkWriter(group, "X", (n_cols,), np.float64, rows_per_chunk)
+        self.mask = ChunkWriter(group, "mask", (n_cols,), bool, rows_per_chunk) if with_mask else None
 
     def add_rows(self, X: np.ndarray, mask: np.ndarray | None) -> None:
         """Append complete rows (and their mask rows)."""
-        self.X.append(np.asarray(X, dtype=np.float64), axis=0)
+        self.X.append(X)
         if self.mask is not None:
-            self.mask.append(np.asarray(mask, dtype=bool), axis=0)
+            self.mask.append(mask)
 
     def finish(self) -> tuple[int, int]:
-        """The matrix shape."""
-        return int(self.X.shape[0]), int(self.X.shape[1])
+        """Write what is held; the matrix shape."""
+        n_rows = self.X.finish()
+        if self.mask is not None:
+            self.mask.finish()
+        return n_rows, self.n_cols

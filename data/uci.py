@@ -26,7 +26,8 @@ SORT_HINT = ("UCI files must be sorted by docID; sort one with "
 def ingest_uci(docword_path: PathLike, vocab_path: PathLike | None, out: PathLike,
                rows_per_chunk: int = DEFAULT_ROWS_PER_CHUNK, overwrite: bool = False,
                holdout: float | None = None, seed: int = 0,
-               block_bytes: int = DEFAULT_BLOCK_BYTES) -> Dataset:
+               block_bytes: int = DEFAULT_BLOCK_BYTES,
+               storage_options: dict | None = None) -> Dataset:
     """Ingest a UCI bag-of-words corpus into a ``counts``/``csr`` dataset at ``out`` (SPEC 1).
 
     Checks, each an ``InputError`` naming file and line: the header (D, W, NNZ) against the
@@ -34,10 +35,11 @@ def ingest_uci(docword_path: PathLike, vocab_path: PathLike | None, out: PathLik
     (docID, wordID), counts that are non-negative integers, malformed lines, an empty file, and a
     vocabulary whose length is not W. Documents without entries become empty rows.
     ``holdout`` stores a ``heldout`` split of whole documents (``test_rows``).
+    ``out`` may be a URL (``data.urls``); ``storage_options`` go to its filesystem.
     """
     check_options(rows_per_chunk, holdout, block_bytes)
     vocab = read_words(vocab_path) if vocab_path is not None else None
-    with StoreWriter(out, overwrite=overwrite) as w, TextSource(docword_path) as src:
+    with StoreWriter(out, overwrite, storage_options) as w, TextSource(docword_path) as src:
         (n_docs, n_words, nnz), header_lines = _read_header(src)
         if vocab is not None and len(vocab) != n_words:
             raise InputError(at(vocab_path, None, f"{len(vocab)} words, but {docword_path} line "
@@ -59,7 +61,7 @@ def ingest_uci(docword_path: PathLike, vocab_path: PathLike | None, out: PathLik
         prov = provenance("uci", [docword_path, vocab_path], header={"D": n_docs, "W": n_words, "NNZ": nnz},
                           lines=src.line)
         finish_store(w, "csr", "counts", shape, rows_per_chunk, prov, holdout, seed)
-    return Dataset(out)
+    return Dataset(out, storage_options)
 
 
 def _read_header(src: TextSource) -> tuple[tuple[int, int, int], tuple[int, int, int]]:

@@ -21,15 +21,16 @@ import numpy as np
 
 from buffet.data.arrays import DEFAULT_ROWS_PER_CHUNK
 from buffet.data.errors import UserError
-from buffet.pipeline.engine.cluster import WORKER_KINDS, dask_client
+from buffet.data.urls import exists, join, normalise, parse_storage_options, set_default_storage_options, write_bytes
 from buffet.kernels.bnmf import top_words, topic_mass
+from buffet.pipeline.engine.cluster import WORKER_KINDS, dask_client
 from buffet.pipeline.engine.dataset import source_of
 from buffet.pipeline.engine.engine import Engine
 from buffet.pipeline.engine.messages import console, explain
 from buffet.pipeline.engine.runs import config_from, fit_run, models, restored, resume_run, spec_for
-from buffet.pipeline.reports.outputs import evaluate_run, export_run, report_run
-from buffet.pipeline.engine.runstore import RunStore
+from buffet.pipeline.engine.runstore import RunStore, encode_arrays
 from buffet.pipeline.engine.settings import option_help
+from buffet.pipeline.reports.outputs import evaluate_run, export_run, report_run
 
 FLAG_ALIASES = {"n_topics": ["--k"]}
 TOPIC_MODELS = ("bnmf", "cnmf")  # models whose runs hold q(beta) as g, h
@@ -91,7 +92,8 @@ def _ingest_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("sources", nargs="+", metavar="SOURCE",
                    help="the data file (.gz allowed), then for uci and ldac optionally the vocabulary file, "
                         "one word per line")
-    p.add_argument("--out", required=True, metavar="STORE", help="folder of the dataset store to create")
+    p.add_argument("--out", required=True, metavar="STORE",
+                   help="dataset store to create: a folder, or a URL such as s3://bucket/corpus.zarr")
     p.add_argument("--holdout", type=float, default=None, metavar="FRACTION",
                    help="fraction in (0, 1) held out as the split 'heldout' that the models leave out of training "
                         "and score on: whole documents for count data, observed entries otherwise (default: none)")
@@ -122,9 +124,9 @@ def _fit_parser(sub: argparse._SubParsersAction) -> None:
                                      help="the model to fit, one of:")
     for name, spec in sorted(models().items()):
         m = model_parsers.add_parser(name, help=spec.summary, description=spec.summary[:1].upper() + spec.summary[1:])
-        m.add_argument("store", help="dataset store to fit, made by `buffet ingest`")
+        m.add_argument("store", help="dataset store to fit, made by `buffet ingest` (a folder or a URL)")
         m.add_argument("--out", required=True, metavar="RUN",
-                       help="run folder to create for the parameters, checkpoints and trace")
+                       help="run folder to create for the parameters, checkpoints and trace (a folder or a URL)")
         m.add_argument("--overwrite", action="store_true", help="replace an existing run folder at --out")
         m.add_argument("--stop-after", type=int, default=None, metavar="STEPS",
                        help="stop after this many steps (rows for the particle filters, sweeps for the samplers), "
@@ -147,7 +149,7 @@ def _run_parsers(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("export", help="write fitted global parameters and the trace to .npz")
     p.add_argument("run", help="run folder whose fitted parameters to export")
     p.add_argument("--out", required=True, metavar="FILE",
-                   help="the .npz file to write (one array per parameter and per traced quantity)")
+                   help="the .npz file to write (one array per parameter and per traced quantity; a path or a URL)")
 
     p = sub.add_parser("report", help="PNG plots and a summary of a run")
     p.add_argument("run", help="run folder to plot and summarise, of any model")
@@ -203,10 +205,18 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--debug", action="store_true",
                         help="show the Python traceback of a failure instead of its one-line explanation "
                              "(may be given anywhere on the command line)")
+    parser.add_argument("--storage-options", metavar="JSON",
+                        help="options for the filesystem of s3://, gs://, abfs:// stores and runs, as a JSON object "
+                             "passed to fsspec, e.g. '{\"anon\": true}' or '{\"client_kwargs\": {\"endpoint_url\": "
+                             "\"http://127.0.0.1:9000\"}}'; workers the command starts get them too (default: the "
+                             "filesystem's own environment, e.g. the AWS_* variables; may be given anywhere)")
     sub = parser.add_subparsers(dest="command", required=True, help="what to do; `buffet COMMAND --help` says more")
     _ingest_parser(sub)
     p = sub.add_parser("info", help="describe a dataset store")
     p.add_argument("store", help="dataset store to describe as JSON: shape, kind, chunks, splits, provenance")
+    p.add_argument("--verify", action="store_true",
+                   help="also read every chunk of every array and check it against the store's chunk records "
+                        "(e.g. after copying or uploading a store); a missing or damaged chunk is an error")
     _fit_parser(sub)
     _run_parsers(sub)
     _job_parsers(sub)
@@ -233,7 +243,7 @@ def cmd_fit(args: argparse.Namespace) -> None:
     config = _config(args)
     source = source_of(args.store)
     source.open()  # a missing or corrupt store fails here, before a cluster starts
-    RunStore.check_new(Path(args.out), args.overwrite)
+    RunStore.check_new(args.out, args.overwrite)
     with engine_for(args, args.model) as engine:
         run = fit_run(args.model, source, args.out, config, engine, args.overwrite, args.stop_after, args.quiet)
     print(f"run {run.path}: {run.status}")
@@ -270,10 +280,8 @@ def cmd_evaluate(args: argparse.Namespace) -> None:
 
 def cmd_export(args: argparse.Namespace) -> None:
     arrays = export_run(RunStore(args.run), Engine())
-    out = Path(args.out)
-    tmp = out.with_name(f".{out.stem}.tmp.npz")
-    np.savez(tmp, **arrays)
-    tmp.replace(out)
+    out = normalise(args.out)
+    write_bytes(out, encode_arrays(arrays))
     print(f"wrote {out} ({', '.join(sorted(arrays))})")
 
 
@@ -285,7 +293,11 @@ def cmd_report(args: argparse.Namespace) -> None:
 def cmd_info(args: argparse.Namespace) -> None:
     from buffet.data.store import Dataset
 
-    print(json.dumps(Dataset(args.store).describe(), indent=1))
+    ds = Dataset(args.store)
+    description = ds.describe()
+    if args.verify:
+        description["verified_chunks"] = ds.verify()
+    print(json.dumps(description, indent=1))
 
 
 def cmd_ingest(args: argparse.Namespace) -> None:
@@ -333,34 +345,48 @@ def resume_hint(args: argparse.Namespace) -> str | None:
     path = {"fit": getattr(args, "out", None), "resume": getattr(args, "run", None)}.get(args.command)
     if args.command == "demo":
         path = str(Path(args.out) / "run")
-    if path is None or not (Path(path) / "run.json").exists():
-        return None
     try:
+        if path is None or not exists(join(normalise(path), "run.json")):
+            return None
         run = RunStore(path)
-    except UserError:
+        step = run.newest_step()
+    except (UserError, OSError):
         return None
     if run.status == "finished":
         return None
-    if run.has_checkpoint():
-        step = json.loads((run.path / "checkpoint.json").read_text()).get("step")
+    if step is not None:
         return f"the run is checkpointed at step {step}: `buffet resume {path}` continues it"
     return f"the run has no checkpoint yet: `buffet resume {path}` starts it again"
+
+
+def pop_option(argv: list[str], name: str) -> tuple[str | None, list[str]]:
+    """The value of option ``name`` given anywhere in ``argv`` (``NAME VALUE`` or ``NAME=VALUE``), and the
+    other arguments; a name without a value is left for argparse to refuse."""
+    for i, arg in enumerate(argv):
+        if arg.startswith(name + "="):
+            return arg[len(name) + 1:], argv[:i] + argv[i + 1:]
+        if arg == name and i + 1 < len(argv):
+            return argv[i + 1], argv[:i] + argv[i + 2:]
+    return None, argv
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     debug = "--debug" in argv
-    args = build_parser().parse_args([a for a in argv if a != "--debug"])
+    options, argv = pop_option([a for a in argv if a != "--debug"], "--storage-options")
+    args = build_parser().parse_args(argv)
     handler = console(logging.WARNING if getattr(args, "quiet", False) else logging.INFO)
     if not debug:  # asyncio's notes on tasks a Ctrl-C or a lost cluster cut short are not the user's business
         logging.getLogger("asyncio").setLevel(logging.CRITICAL)
     try:
+        if options is not None:
+            set_default_storage_options(parse_storage_options(options))
         COMMANDS[args.command](args)
     except (Exception, KeyboardInterrupt) as exc:
         if debug:
             raise
         line, status = explain(exc, resume_hint(args))
-        print(f"buffet: error: {line}", file=sys.stderr)
+        print(f"buffet: {'' if status == 130 else 'error: '}{line}", file=sys.stderr)
         return status
     finally:
         logging.getLogger("buffet").removeHandler(handler)

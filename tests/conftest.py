@@ -1,4 +1,12 @@
-"""Shared fixtures: small corpora written to stores, and Dask LocalClusters started once."""
+"""Shared fixtures: small corpora written to stores, Dask LocalClusters started once, and a bucket on a
+local S3 API server."""
+
+import socket
+import subprocess
+import sys
+import time
+import uuid
+from dataclasses import dataclass
 
 import numpy as np
 import pytest
@@ -6,6 +14,7 @@ import pytest
 from buffet.data.arrays import from_array
 from buffet.data.splits import add_split, holdout_rows
 from buffet.data.synthetic import bnmf_corpus
+from helpers import unused_port
 
 
 @pytest.fixture(scope="session")
@@ -42,3 +51,59 @@ def clients():
     for cluster, client in made.values():
         client.close()
         cluster.close()
+
+
+@dataclass(frozen=True)
+class Bucket:
+    """A bucket on the local S3 API server; ``url`` gives a fresh location in it."""
+
+    name: str
+    endpoint: str
+
+    def url(self, stem: str) -> str:
+        """A new ``s3://`` location, unique per call, ending in ``stem``."""
+        return f"s3://{self.name}/{uuid.uuid4().hex[:8]}/{stem}"
+
+    @property
+    def fs(self):
+        import s3fs
+
+        return s3fs.S3FileSystem()
+
+
+def _wait_for(port: int, proc: subprocess.Popen, seconds: float = 60.0) -> None:
+    """Until something accepts connections on 127.0.0.1:port (the server has started)."""
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        assert proc.poll() is None, "the S3 API server (python -m moto.server) exited at start"
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=1):
+                return
+        except OSError:
+            time.sleep(0.1)
+    raise AssertionError(f"the S3 API server did not listen on port {port} within {seconds:.0f} s")
+
+
+@pytest.fixture(scope="session")
+def s3():
+    """A bucket on an S3 API server (moto's server mode) on 127.0.0.1, run as its own process for the
+    session. The AWS_* variables that point s3fs and botocore at it are set for this process and so for
+    the commands and Dask workers it starts."""
+    port = unused_port()
+    server = subprocess.Popen([sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        _wait_for(port, server)
+        endpoint = f"http://127.0.0.1:{port}"
+        with pytest.MonkeyPatch.context() as env:
+            for name, value in (("AWS_ACCESS_KEY_ID", "testing"), ("AWS_SECRET_ACCESS_KEY", "testing"),
+                                ("AWS_DEFAULT_REGION", "us-east-1"), ("AWS_ENDPOINT_URL", endpoint)):
+                env.setenv(name, value)
+            for name in ("AWS_PROFILE", "AWS_SESSION_TOKEN", "AWS_ENDPOINT_URL_S3"):
+                env.delenv(name, raising=False)
+            bucket = Bucket("buffet-tests", endpoint)
+            bucket.fs.mkdir(bucket.name)
+            yield bucket
+    finally:
+        server.terminate()
+        server.wait(timeout=30)

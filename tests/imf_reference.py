@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from buffet.pipeline.engine.blocks import MemoryRows
+from buffet.pipeline.engine.dataset import MemoryRows
 from buffet.pipeline.models.imf import IMFConfig, IMFDriver, fit_to_end
 
 # The reference's settings unless a test says otherwise: alpha fixed at 1, a tight tolerance and room to

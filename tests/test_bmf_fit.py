@@ -4,8 +4,6 @@ recovery, same numbers on 1 and 2 workers, resume, the CLI and bad input."""
 import itertools
 import json
 import math
-import subprocess
-import sys
 
 import numpy as np
 import pytest
@@ -16,8 +14,7 @@ from buffet.data.bmf_data import bars_data
 from buffet.data.errors import UserError
 from buffet.data.splits import add_split
 from buffet.data.store import Dataset
-from buffet.pipeline.engine.blocks import MemoryRows
-from buffet.pipeline.engine.dataset import source_of
+from buffet.pipeline.engine.dataset import MemoryRows, source_of
 from buffet.pipeline.engine.engine import Engine
 from buffet.pipeline.engine.loop import Position, run_loop
 from buffet.pipeline.engine.runs import fit_run, resume_run
@@ -26,29 +23,12 @@ from buffet.pipeline.experiments.bmf import nearest_bottom
 from buffet.pipeline.models.bmf import BMFConfig, BMFDriver
 from buffet.pipeline.reports.outputs import evaluate_run, export_run
 
+from helpers import assert_same, buffet, checkpoint, run_main
 from oracles import enumerate_ibp_classes
-
-
-def buffet(*args):
-    proc = subprocess.run([sys.executable, "-m", "buffet.pipeline.cli", *map(str, args)],
-                          capture_output=True, text=True, timeout=300)
-    assert proc.returncode == 0, proc.stderr
-    return proc.stdout
 
 
 def _fit(model_store, out, config, engine, **options):
     return fit_run("bmf", source_of(model_store), out, config, engine, quiet=True, **options)
-
-
-def _fitted(run):
-    """A run's export (last U, V, W, predictive mean, trace) without the clock."""
-    return {k: v for k, v in export_run(run, Engine()).items() if k != "trace_seconds"}
-
-
-def _assert_same(a, b):
-    assert sorted(a) == sorted(b)
-    for key in a:
-        np.testing.assert_array_equal(a[key], b[key], err_msg=key)
 
 
 def _log_marginal(X, mask, U, V, theta, phi, w0):
@@ -75,7 +55,10 @@ def _samples(config, X, mask, burn=100):
 def test_designated_panel_ibp_sampler_matches_the_enumerated_posterior():
     """IBP on both sides, three row panels and two column panels (rotating designated panel, the others
     given pi; multi-feature moves on): E[UU^T], E[VV^T] and P(K+) equal enumeration over classes with
-    K+, L+ <= 3 (W integrated)."""
+    K+, L+ <= 3 (W integrated). Over 10 sampler seeds at 6000 sweeps the largest moment error is 0.032 +- 0.014
+    (max 0.052) and the largest P(K+) error 0.013 +- 0.007 (max 0.029): the bounds are ~5 standard deviations
+    above. Tried by editing the kernel: prior odds with I - n_{-i,k} for I - 1 - n_{-i,k} give moment errors
+    0.13-0.19, a new-feature rate alpha / (beta + I) gives 0.16 and P(K+) errors 0.07."""
     X = np.array([[1.8, 0.1], [2.1, -0.3], [0.2, 0.3]])
     mask = np.ones(X.shape, bool)
     mask[2, 1] = False
@@ -91,18 +74,19 @@ def test_designated_panel_ibp_sampler_matches_the_enumerated_posterior():
     for side in (0, 1):
         exact = sum(w * (s[side].astype(int) @ s[side].T) for w, s in zip(p, states))
         sampled = np.mean([s[side].astype(int) @ s[side].T for s in kept], axis=0)
-        np.testing.assert_allclose(sampled, exact, atol=0.05)
+        np.testing.assert_allclose(sampled, exact, atol=0.1)
     exact_k = np.bincount([U.shape[1] for U, _ in states], weights=p, minlength=4)
     sampled_k = np.bincount([U.shape[1] for U, _ in kept], minlength=4) / len(kept)
-    np.testing.assert_allclose(sampled_k, exact_k, atol=0.03)
+    np.testing.assert_allclose(sampled_k, exact_k, atol=0.05)
 
 
 def test_finite_sampler_matches_the_enumerated_posterior_in_total_variation():
     """Finite Beta-Bernoulli priors (K = 2, L = 1), every row and column its own panel, multi-feature moves on:
-    the law of (U, V)."""
+    the law of (U, V). With 3000 sweeps after burn-in the TV over 10 sampler seeds is 0.058 +- 0.007 (max
+    0.069); prior odds with I - n_{-i,k} for I - 1 - n_{-i,k} (tried by editing the kernel) give 0.21."""
     X = np.array([[1.5, 0.2], [1.1, -0.4]])
     mask = np.ones(X.shape, bool)
-    config = BMFConfig(sweeps=6000, finite_k=2, finite_l=1, theta=2.0, phi=1.0, w0=0.2, learn_hyper=False,
+    config = BMFConfig(sweeps=3100, finite_k=2, finite_l=1, theta=2.0, phi=1.0, w0=0.2, learn_hyper=False,
                        move_size=2, panel_rows=1, panel_cols=1, seed=3)
     prior_u, prior_v = config.priors(1.0, 1.0)
     exact = {}
@@ -117,7 +101,7 @@ def test_finite_sampler_matches_the_enumerated_posterior_in_total_variation():
     for U, V in samples:
         counts[U.tobytes() + V.tobytes()] = counts.get(U.tobytes() + V.tobytes(), 0) + 1
     tv = 0.5 * sum(abs(math.exp(v - top) / norm - counts.get(k, 0) / len(samples)) for k, v in exact.items())
-    assert tv < 0.06
+    assert tv < 0.09
 
 
 @pytest.fixture(scope="module")
@@ -148,8 +132,8 @@ def test_bars_missing_halves_are_reconstructed(tmp_path, stores):
     """SPEC 4 bars: the posterior predictive mean of the held-out bottom halves is close to the noise-free
     images (much closer than the prior mean 0 and than the top-half nearest neighbour's bottom half)."""
     bars = stores["bars_data"]
-    run = _fit(stores["bars"], tmp_path / "run", BMFConfig(sweeps=150, burn_in=75, alpha=2.0, lam=4.0, panel_rows=50),
-               Engine())
+    run = _fit(stores["bars"], tmp_path / "run", BMFConfig(sweeps=150, burn_in=75, alpha=2.0, lam=4.0, select="none",
+                                                           panel_rows=50), Engine())
     pred = export_run(run, Engine())["predictive_mean"]
     missing = bars.missing
     rmse = np.sqrt(np.mean((pred[missing] - bars.clean[missing]) ** 2))
@@ -162,10 +146,10 @@ def test_bars_missing_halves_are_reconstructed(tmp_path, stores):
 
 
 def test_logistic_and_poisson_fits_predict_held_out_entries(tmp_path, stores):
-    config = BMFConfig(likelihood="logistic", sweeps=60, burn_in=20, panel_rows=16, seed=2)
+    config = BMFConfig(likelihood="logistic", sweeps=60, burn_in=20, panel_rows=16, seed=2, select="none")
     result = evaluate_run(_fit(stores["binary"], tmp_path / "logistic", config, Engine()), Engine())
     assert result["heldout_entries"] > 200 and result["auc"] > 0.65 and result["log_loss"] < 0.62
-    config = BMFConfig(likelihood="poisson", sweeps=60, burn_in=20, panel_rows=16, seed=2)
+    config = BMFConfig(likelihood="poisson", sweeps=60, burn_in=20, panel_rows=16, seed=2, select="none")
     result = evaluate_run(_fit(stores["counts-ok"], tmp_path / "poisson", config, Engine()), Engine())
     ds = Dataset(stores["counts-ok"])
     X, test = ds.read_rows(0, 60).X, ds.split("heldout")["test_mask"]
@@ -199,29 +183,31 @@ def test_validation_entries_are_left_out_of_training_and_scored(tmp_path, stores
 
 def test_same_seed_gives_the_same_chain_on_1_and_2_workers_and_resumes(tmp_path, stores, clients):
     config = BMFConfig(likelihood="logistic", sweeps=6, burn_in=2, panel_rows=16, panel_cols=5, ess_steps=1,
-                       seed=5, checkpoint_every=2)
-    results = {name: _fitted(_fit(stores["binary"], tmp_path / name, config, engine))
+                       select="none", seed=5, checkpoint_every=2)
+    results = {name: checkpoint(_fit(stores["binary"], tmp_path / name, config, engine))
                for name, engine in (("here", Engine()), ("1", Engine(clients[1])), ("2", Engine(clients[2])))}
-    _assert_same(results["here"], results["1"])
-    _assert_same(results["here"], results["2"])
+    assert_same(results["here"], results["1"])
+    assert_same(results["here"], results["2"])
     part = _fit(stores["binary"], tmp_path / "part", config, Engine(clients[2]), stop_after=3)
     assert part.status == "interrupted"
-    _assert_same(results["here"], _fitted(resume_run(str(part.path), Engine(), quiet=True)))
+    assert_same(results["here"], checkpoint(resume_run(str(part.path), Engine(), quiet=True)))
 
 
-def test_cli_fit_evaluate_export_report(tmp_path, stores):
-    buffet("fit", "bmf", stores["real"], "--out", tmp_path / "run", "--sweeps", 20, "--burn-in", 5, "--seed", 2,
-           "--panel-rows", 16, "--workers", 2, "--worker-kind", "threads", "--quiet")
-    result = json.loads(buffet("evaluate", tmp_path / "run", "--json", "--workers", 1, "--worker-kind", "threads",
-                               "--quiet"))
+def test_cli_fit_evaluate_export_report(tmp_path, stores, capsys):
+    """``buffet fit`` in its own interpreter on an embedded cluster (2 threads); evaluate, export and report
+    through the command line in this process."""
+    buffet("fit", "bmf", stores["real"], "--out", tmp_path / "run", "--select", "none", "--sweeps", 20, "--burn-in", 5,
+           "--seed", 2, "--panel-rows", 16, "--workers", 2, "--worker-kind", "threads", "--quiet")
+    result = json.loads(run_main(capsys, "evaluate", tmp_path / "run", "--json", "--workers", 1, "--worker-kind",
+                                 "threads", "--quiet"))
     assert result["likelihood"] == "gaussian" and result["retained_sweeps"] == 15 and result["steps"] == 20
     assert result["rmse"] < 1.5 and result["k_plus"] >= 1 and result["l_plus"] >= 1    # noise sd 1, signal sd ~4
-    buffet("export", tmp_path / "run", "--out", tmp_path / "post.npz")
+    run_main(capsys, "export", tmp_path / "run", "--out", tmp_path / "post.npz")
     with np.load(tmp_path / "post.npz") as post:
         assert post["predictive_mean"].shape == (60, 20)
         assert post["U"].shape[0] == 60 and post["V"].shape[0] == 20 and post["trace_k_plus"].shape == (20,)
         np.testing.assert_array_equal(post["trace_step"], np.arange(1, 21))
-    files = buffet("report", tmp_path / "run", "--out", tmp_path / "report").split()
+    files = run_main(capsys, "report", tmp_path / "run", "--out", tmp_path / "report").split()
     assert "| retained_sweeps | 15 |" in (tmp_path / "report" / "summary.md").read_text()
     for name in ("trace.png", "trace_features.png", "features.png"):
         assert str(tmp_path / "report" / name) in files
@@ -229,9 +215,8 @@ def test_cli_fit_evaluate_export_report(tmp_path, stores):
 
 
 def test_bad_input_gets_a_one_line_error(tmp_path, stores):
-    proc = subprocess.run([sys.executable, "-m", "buffet.pipeline.cli", "fit", "bmf", stores["real"], "--out",
-                           str(tmp_path / "run"), "--likelihood", "logistic", "--workers", "1", "--worker-kind",
-                           "threads", "--quiet"], capture_output=True, text=True, timeout=120)
+    proc = buffet("fit", "bmf", stores["real"], "--out", tmp_path / "run", "--likelihood", "logistic", "--workers", 1,
+                  "--worker-kind", "threads", "--quiet", check=False)
     assert proc.returncode == 1
     assert proc.stderr.count("\n") == 1 and "not 0 or 1" in proc.stderr
     with pytest.raises(UserError, match="negative count"):

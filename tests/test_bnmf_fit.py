@@ -2,14 +2,19 @@
 
 import numpy as np
 import pytest
+import scipy.sparse as sp
 
 from buffet.data.errors import UserError
-from buffet.pipeline.models.bnmf import BNMFConfig
-from buffet.pipeline.reports.bnmf import topic_word
+from buffet.kernels.bnmf import topic_word
 from buffet.pipeline.estimators import BayesianNMF
-from buffet.pipeline.engine.executors import DaskExecutor, SyncExecutor
+from buffet.pipeline.engine.dataset import source_of
+from buffet.pipeline.engine.engine import Engine
 from buffet.pipeline.engine.runs import fit_run, resume_run
 from buffet.pipeline.engine.runstore import RunStore
+from buffet.pipeline.engine.seeds import stream
+from buffet.pipeline.models.bnmf import BNMFConfig
+
+from helpers import checkpoint, restored_driver
 
 
 def _best_match_cosine(true_topics, learned_topics):
@@ -34,30 +39,52 @@ def test_batch_fit_elbo_is_monotone_and_scores_improve(model_corpus):
     assert model.score(held) > fresh.score(held)
 
 
-def test_partial_fit_streams_minibatches_like_fit(model_corpus):
-    X = model_corpus.X
-    model = BayesianNMF(n_topics=10, passes=1, batch_size=500, eval_every=1000, split=None)
-    for start in range(0, 2000, 500):
-        model.partial_fit(X[start:start + 500], total_docs=2000)
-    assert model.n_steps_ == 4
-    assert model.transform(X[:5]).shape == (5, 10)
-    proportions = model.transform(X[:5], normalize=True)
+def _equal_minibatch_tokens(X: sp.csr_matrix, batch_size: int) -> sp.csr_matrix:
+    """``X`` with tokens added to one entry of the first document of each minibatch, so that every minibatch
+    holds as many tokens as the largest."""
+    X = X.tolil(copy=True)
+    starts = range(0, X.shape[0], batch_size)
+    totals = [X[start:start + batch_size].sum() for start in starts]
+    for start, total in zip(starts, totals):
+        X[start, X.rows[start][0]] += max(totals) - total
+    return X.tocsr()
+
+
+def test_partial_fit_over_the_minibatches_of_fit_gives_the_same_topics(model_corpus):
+    """``partial_fit`` called on the minibatches an SVI ``fit`` draws (the seed's shuffled order per pass), with
+    the corpus size as ``total_docs``, takes the same steps: same local steps, step sizes rho_t and scale.
+    By design one thing differs: ``fit`` knows the corpus's token count when it initialises q(beta), and
+    ``partial_fit`` extrapolates it from its first minibatch (eqs. 11.33-11.34; ``bnmf.initial_globals``).
+    On a corpus whose minibatches hold equal token counts the two are the same number, so the topics must be
+    identical; one block per minibatch (chunk_rows = batch_size) keeps the same summation order."""
+    X = _equal_minibatch_tokens(model_corpus.X, 500)
+    settings = dict(n_topics=10, batch_size=500, chunk_rows=500, passes=2, eval_every=1000, split=None, seed=3)
+    fitted = BayesianNMF(**settings).fit(X)
+    streamed = BayesianNMF(**settings)
+    for step in range(8):
+        order = stream(3, "order", step // 4).permutation(4)   # TopicDriver._minibatch
+        start = 500 * order[step % 4]
+        streamed.partial_fit(X[start:start + 500], total_docs=2000)
+    assert streamed.n_steps_ == fitted.n_steps_ == 8
+    np.testing.assert_array_equal(streamed.g_, fitted.g_)
+    np.testing.assert_array_equal(streamed.h_, fitted.h_)
+    proportions = streamed.transform(X[:5], normalize=True)
+    assert proportions.shape == (5, 10)
     np.testing.assert_allclose(proportions.sum(axis=1), 1.0)
-    assert np.isfinite(model.score(X[:50]))
 
 
 @pytest.mark.parametrize("mode", ["batch", "svi"])
 def test_resumed_run_ends_like_an_uninterrupted_run(tmp_path, corpus_store, mode):
     config = BNMFConfig(n_topics=6, mode=mode, batch_size=400, passes=2, max_iter=8, tol=0.0,
                         chunk_rows=300, checkpoint_every=3, eval_every=4)
-    whole = fit_run("bnmf", corpus_store, tmp_path / "whole", config, SyncExecutor(), quiet=True)
-    part = fit_run("bnmf", corpus_store, tmp_path / "part", config, SyncExecutor(), stop_after=5, quiet=True)
+    whole = fit_run("bnmf", source_of(corpus_store), tmp_path / "whole", config, Engine(), quiet=True)
+    part = fit_run("bnmf", source_of(corpus_store), tmp_path / "part", config, Engine(), stop_after=5, quiet=True)
     assert RunStore(part.path).status == "interrupted"
-    resumed = resume_run(str(part.path), SyncExecutor(), quiet=True)
+    resumed = resume_run(str(part.path), Engine(), quiet=True)
     assert resumed.status == "finished"
-    (g1, h1), (g2, h2) = [(a["g"], a["h"]) for a, _, _ in (whole.load_checkpoint(), resumed.load_checkpoint())]
+    (g1, h1), (g2, h2) = [(d.globals["g"], d.globals["h"]) for d in (restored_driver(whole), restored_driver(resumed))]
     np.testing.assert_allclose(topic_word(g1, h1), topic_word(g2, h2), rtol=0, atol=1e-12)
-    trace1, trace2 = whole.load_checkpoint()[1]["trace"], resumed.load_checkpoint()[1]["trace"]
+    trace1, trace2 = checkpoint(whole)[1], checkpoint(resumed)[1]
     assert [r["step"] for r in trace1] == [r["step"] for r in trace2]
 
 
@@ -70,10 +97,10 @@ def test_same_seed_same_topics_on_1_and_2_workers_and_other_chunkings(tmp_path, 
     for i, (workers, chunk_rows) in enumerate([(1, 250), (2, 250), (2, 333), ("threads", 333)]):
         config = BNMFConfig(n_topics=6, mode=mode, batch_size=500, passes=1, max_iter=5, tol=0.0,
                             chunk_rows=chunk_rows, eval_every=2, seed=3, **options)
-        run = fit_run("bnmf", corpus_store, tmp_path / f"run{i}", config, DaskExecutor(clients[workers]),
+        run = fit_run("bnmf", source_of(corpus_store), tmp_path / f"run{i}", config, Engine(clients[workers]),
                       quiet=True)
-        arrays, state, _ = run.load_checkpoint()
-        runs.append((topic_word(arrays["g"], arrays["h"]), state["trace"]))
+        runs.append((topic_word(restored_driver(run).globals["g"], restored_driver(run).globals["h"]),
+                     checkpoint(run)[1]))
     for topics, trace in runs[1:]:
         assert np.abs(topics - runs[0][0]).max() <= 1e-10
         held = [r["heldout_ll"] for r in trace if "heldout_ll" in r]

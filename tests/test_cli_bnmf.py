@@ -1,29 +1,24 @@
 """The buffet command line end to end on a LocalCluster (issue 2 CLI contract)."""
 
+import fcntl
 import json
 import os
 import signal
 import subprocess
-import sys
-import time
 
 import numpy as np
 import pytest
 
 from buffet.data.synthetic import write_uci_corpus
+from buffet.pipeline.cli import main
+from buffet.pipeline.engine.dataset import source_of
+from buffet.pipeline.engine.engine import Engine
+from buffet.pipeline.engine.runs import fit_run
+from buffet.pipeline.engine.runstore import RunStore
+from buffet.pipeline.models.bnmf import BNMFConfig
 
-
-def buffet(*args, check=True):
-    proc = subprocess.run([sys.executable, "-m", "buffet.pipeline.cli", *map(str, args)],
-                          capture_output=True, text=True, timeout=300)
-    if check and proc.returncode != 0:
-        raise AssertionError(f"buffet {' '.join(map(str, args))} failed:\n{proc.stderr}")
-    return proc
-
-
-def exported(run, path):
-    buffet("export", run, "--out", path)
-    return np.load(path)
+from helpers import (CLI, assert_same, buffet, buffet_side_by_side, checkpoint, ctrl_c_as_in_a_terminal, exported,
+                     run_main)
 
 
 @pytest.fixture(scope="module")
@@ -32,27 +27,29 @@ def store(tmp_path_factory):
     write_uci_corpus(folder / "docword.toy.txt.gz", n_docs=1200, n_words=400, n_topics=8, mean_length=80,
                      seed=1, vocab_path=folder / "vocab.toy.txt")
     out = folder / "toy.zarr"
-    buffet("ingest", "uci", folder / "docword.toy.txt.gz", folder / "vocab.toy.txt", "--out", out,
-           "--holdout", 0.1, "--seed", 0)
+    assert main(["ingest", "uci", str(folder / "docword.toy.txt.gz"), str(folder / "vocab.toy.txt"), "--out", str(out),
+                 "--holdout", "0.1", "--seed", "0"]) == 0
     return out
 
 
-def test_fit_evaluate_export_report(tmp_path, store):
-    info = json.loads(buffet("info", store).stdout)
+def test_fit_evaluate_export_report(tmp_path, store, capsys):
+    """``buffet fit`` in its own interpreter on an embedded cluster (2 threads, with progress and the top words);
+    info, evaluate, export and report through the command line in this process."""
+    info = json.loads(run_main(capsys, "info", store))
     assert info["rows"] == 1200 and info["columns"] == 400 and "heldout" in info["splits"]
     run = tmp_path / "run"
     fit = buffet("fit", "bnmf", store, "--out", run, "--k", 8, "--batch-size", 200, "--passes", 2,
                  "--workers", 2, "--seed", 4, "--eval-every", 2)
     assert "finished" in fit.stdout and "topic" in fit.stdout
     assert "[bnmf] step" in fit.stderr  # progress lines
-    result = json.loads(buffet("evaluate", run, "--json", "--workers", 1, "--quiet").stdout)
+    result = json.loads(run_main(capsys, "evaluate", run, "--json", "--workers", 1, "--quiet"))
     assert result["heldout_docs"] == 120 and result["steps"] == 12
     assert -np.log(400) < result["heldout_loglik_per_word"] < 0  # better than uniform over words
-    arrays = exported(run, tmp_path / "fit.npz")
+    arrays = exported(capsys, run, tmp_path / "fit.npz")
     assert arrays["topic_word"].shape == (8, 400)
     np.testing.assert_allclose(arrays["topic_word"].sum(axis=1), 1.0)
     assert arrays["vocab"][0] == "word0" and len(arrays["trace_step"]) == 12
-    files = buffet("report", run, "--out", tmp_path / "report").stdout.split()
+    files = run_main(capsys, "report", run, "--out", tmp_path / "report").split()
     for name in ("heldout_loglik.png", "local_sweeps.png", "topics.png"):
         path = tmp_path / "report" / name
         assert str(path) in files and path.read_bytes()[:4] == b"\x89PNG" and path.stat().st_size > 5000
@@ -60,25 +57,56 @@ def test_fit_evaluate_export_report(tmp_path, store):
     assert summary.count("word") >= 8 * 10 and "final heldout_ll" in summary
 
 
-def test_killed_fit_resumes_to_the_uninterrupted_result(tmp_path, store):
-    common = ["--k", 6, "--batch-size", 100, "--passes", 3, "--seed", 2, "--checkpoint-every", 2,
-              "--workers", 1, "--eval-every", 100]
-    buffet("fit", "bnmf", store, "--out", tmp_path / "whole", *common)
-    proc = subprocess.Popen([sys.executable, "-m", "buffet.pipeline.cli", "fit", "bnmf", str(store), "--out",
-                             str(tmp_path / "killed"), *map(str, common)],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
-    pointer = tmp_path / "killed" / "checkpoint.json"
-    deadline = time.time() + 120
-    while not pointer.exists() and time.time() < deadline and proc.poll() is None:
-        time.sleep(0.05)
-    os.killpg(proc.pid, signal.SIGKILL)
-    proc.wait()
-    status = json.loads((tmp_path / "killed" / "run.json").read_text())["status"]
-    assert status == "running", "the fit finished before it could be killed; make the corpus larger"
-    buffet("resume", tmp_path / "killed", "--workers", 2)
-    a = exported(tmp_path / "whole", tmp_path / "a.npz")
-    b = exported(tmp_path / "killed", tmp_path / "b.npz")
-    assert np.abs(a["topic_word"] - b["topic_word"]).max() <= 1e-10
+MIN_PROGRESS_LINE = 66  # bytes of a bnmf progress line past step 9: "[bnmf] step 10/84  pass=1  docs_seen=..."
+
+
+def _interrupt_after_checkpoint(args: list, checkpoint_step: int) -> subprocess.CompletedProcess:
+    """Run ``buffet ARGS`` (a fit or resume printing one progress line per step on stderr) and send it
+    SIGINT once the checkpoint of step ``checkpoint_step`` is committed; returns the ended process.
+
+    The loop commits a step's checkpoint before it computes the next step, so reading the progress line
+    of step ``checkpoint_step + 1`` proves the checkpoint is there. The stderr pipe is cut to one page
+    and read unbuffered (byte by byte, so nothing past that line leaves the pipe), then left unread: the
+    run can print at most 4096 / MIN_PROGRESS_LINE = 62 more lines before it blocks, so a run with more
+    steps than that left is still running when the signal comes, however fast the machine."""
+    proc = subprocess.Popen([*CLI, *map(str, args)], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                            bufsize=0, start_new_session=True, preexec_fn=ctrl_c_as_in_a_terminal)
+    try:
+        fcntl.fcntl(proc.stderr.fileno(), fcntl.F_SETPIPE_SZ, 4096)
+        marker = f"] step {checkpoint_step + 1}/".encode()
+        for line in proc.stderr:
+            if marker in line:
+                break
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    return subprocess.CompletedProcess(args, proc.returncode, None, err.decode())
+
+
+def test_stopped_and_interrupted_fit_resumes_to_the_uninterrupted_result(tmp_path, store, capsys):
+    """``--stop-after 2`` leaves an "interrupted" run; its resume gets SIGINT (Ctrl-C) after the checkpoint
+    of step 4 and is marked "interrupted" again, with a checkpoint; a second resume finishes it with the numbers of an
+    uninterrupted fit (same seed). 84 steps: 79 after the signal's cue, more than the 62 that fit in the
+    pipe (``_interrupt_after_checkpoint``)."""
+    config = BNMFConfig(n_topics=6, batch_size=100, passes=7, seed=2, checkpoint_every=2, eval_every=1000)
+    flags = ["--k", 6, "--batch-size", 100, "--passes", 7, "--seed", 2, "--checkpoint-every", 2,
+             "--eval-every", 1000, "--workers", 1, "--quiet"]
+    run = tmp_path / "run"
+    run_main(capsys, "fit", "bnmf", store, "--out", run, *flags, "--stop-after", 2)
+    assert RunStore(run).status == "interrupted" and RunStore(run).read_checkpoint().step == 2
+
+    stopped = _interrupt_after_checkpoint(["resume", run, "--workers", 2], checkpoint_step=4)
+    assert stopped.returncode == 130 and "buffet: interrupted;" in stopped.stderr, stopped.stderr
+    reached = RunStore(run).read_checkpoint().step
+    assert RunStore(run).status == "interrupted" and 4 <= reached <= 4 + 4096 // MIN_PROGRESS_LINE
+
+    run_main(capsys, "resume", run, "--workers", 1, "--quiet")
+    whole = fit_run("bnmf", source_of(store), tmp_path / "whole", config, Engine(), quiet=True)
+    assert RunStore(run).status == "finished" and RunStore(run).read_checkpoint().step == 84
+    assert_same(checkpoint(RunStore(run)), checkpoint(whole))
 
 
 def test_user_errors_are_one_line_without_traceback(tmp_path, store):
@@ -87,32 +115,31 @@ def test_user_errors_are_one_line_without_traceback(tmp_path, store):
              ("fit", "bnmf", store, "--out", tmp_path / "r3", "--mode", "gibbs"),
              ("evaluate", tmp_path / "nothing", "--json"),
              ("ingest", "uci", tmp_path / "absent.txt", "--out", tmp_path / "s.zarr")]
-    for args in cases:
-        proc = buffet(*args, check=False)
+    for args, proc in zip(cases, buffet_side_by_side(cases)):
         assert proc.returncode == 1, args
         assert "Traceback" not in proc.stderr and proc.stderr.startswith("buffet: error:"), proc.stderr
         assert len(proc.stderr.strip().splitlines()) == 1, proc.stderr
     assert not (tmp_path / "r1").exists() and not (tmp_path / "r2").exists()
 
 
-def test_existing_run_is_not_overwritten(tmp_path, store):
+def test_existing_run_is_not_overwritten(tmp_path, store, capsys):
     run = tmp_path / "run"
-    buffet("fit", "bnmf", store, "--out", run, "--k", 3, "--batch-size", 600, "--workers", 1)
-    before = (run / "checkpoint.json").read_text()
+    run_main(capsys, "fit", "bnmf", store, "--out", run, "--k", 3, "--batch-size", 600, "--workers", 1)
+    before = {p: p.read_bytes() for p in run.rglob("*") if p.is_file()}
     proc = buffet("fit", "bnmf", store, "--out", run, "--k", 4, "--workers", 1, check=False)
     assert proc.returncode == 1 and "already exists" in proc.stderr
-    assert (run / "checkpoint.json").read_text() == before
+    assert {p: p.read_bytes() for p in run.rglob("*") if p.is_file()} == before
 
 
-def test_accelerated_local_sweeps_are_a_switch_of_fit(tmp_path, store):
+def test_accelerated_local_sweeps_are_a_switch_of_fit(tmp_path, store, capsys):
     """``--accelerate`` (BNMFConfig.accelerate, SQUAREM local sweeps) reaches held-out quality
     close to the plain sweeps' with fewer sweeps per document."""
     results = {}
     for flag in ("--no-accelerate", "--accelerate"):
         run = tmp_path / flag
-        buffet("fit", "bnmf", store, "--out", run, "--k", 8, "--batch-size", 300, "--passes", 1,
-               "--workers", 1, "--seed", 2, "--eval-every", 4, flag, "--quiet")
-        arrays = exported(run, tmp_path / f"{flag}.npz")
+        run_main(capsys, "fit", "bnmf", store, "--out", run, "--k", 8, "--batch-size", 300, "--passes", 1,
+                 "--workers", 1, "--seed", 2, "--eval-every", 4, flag, "--quiet")
+        arrays = exported(capsys, run, tmp_path / f"{flag}.npz")
         results[flag] = (arrays["trace_mean_sweeps"].mean(), arrays["trace_heldout_ll"][-1])
     (plain_sweeps, plain_ll), (fast_sweeps, fast_ll) = results["--no-accelerate"], results["--accelerate"]
     assert fast_sweeps < 0.9 * plain_sweeps

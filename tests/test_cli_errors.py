@@ -2,11 +2,9 @@
 --debug (issue #10 item 4); messages go through the ``buffet`` logger."""
 
 import errno
-import json
 import logging
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -18,10 +16,12 @@ import pytest
 import zarr
 
 from buffet.data.arrays import from_array
+from buffet.data.errors import StoreError
 from buffet.data.splits import add_split, holdout_rows
 from buffet.data.synthetic import bnmf_corpus
 from buffet.pipeline import cli
 from buffet.pipeline.engine.runstore import RunStore
+from helpers import buffet, ctrl_c_as_in_a_terminal, unused_port
 
 # A batch fit of this many iterations runs far longer than the few checkpoints a test waits for.
 LONG_FIT = ("--mode", "batch", "--max-iter", "100000", "--tol", "0", "--checkpoint-every", "1", "--k", "4",
@@ -40,7 +40,8 @@ def store(tmp_path_factory) -> Path:
 def start(*args: object) -> subprocess.Popen:
     """``buffet ARGS`` in its own process group, as a terminal would run it."""
     return subprocess.Popen([sys.executable, "-m", "buffet.pipeline.cli", *map(str, args)], stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, start_new_session=True)
+                            stderr=subprocess.PIPE, text=True, start_new_session=True,
+                            preexec_fn=ctrl_c_as_in_a_terminal)
 
 
 def finish(proc: subprocess.Popen) -> tuple[int, str]:
@@ -48,20 +49,29 @@ def finish(proc: subprocess.Popen) -> tuple[int, str]:
     return proc.returncode, err
 
 
+def checkpointed(run: Path) -> bool:
+    """Whether the run exists and has committed a checkpoint (``RunStore.newest_step``)."""
+    try:
+        return RunStore(run).newest_step() is not None
+    except StoreError:  # no run.json yet
+        return False
+
+
 def wait_for_checkpoint(run: Path, proc: subprocess.Popen) -> None:
     """Until the run has written its first checkpoint (the fit is then running its loop)."""
     deadline = time.monotonic() + 120
-    while not (run / "checkpoint.json").exists():
+    while not checkpointed(run):
         assert proc.poll() is None, proc.communicate()[1]
         assert time.monotonic() < deadline, "no checkpoint within 120 s"
         time.sleep(0.05)
 
 
 def one_line(err: str, *fragments: str) -> str:
-    """The last stderr line, checked to be buffet's one-line error naming ``fragments``, with no traceback."""
+    """The last stderr line, checked to be buffet's one line ("buffet: error: ...", or "buffet: interrupted; ..."
+    for Ctrl-C) naming ``fragments``, with no traceback."""
     assert "Traceback" not in err, err
     last = err.strip().splitlines()[-1]
-    assert last.startswith("buffet: error: "), err
+    assert last.startswith(("buffet: error: ", "buffet: interrupted")), err
     for fragment in fragments:
         assert fragment in last, last
     return last
@@ -70,7 +80,8 @@ def one_line(err: str, *fragments: str) -> str:
 def test_bad_store_and_bad_argument(tmp_path: Path, store: Path) -> None:
     for args, fragment in (((tmp_path / "missing.zarr",), "no such dataset store"),
                            ((store, "--k", 0), "n_topics must be >= 1")):
-        code, err = finish(start("fit", "bnmf", *args, "--out", tmp_path / "run", "--workers", 1))
+        proc = buffet("fit", "bnmf", *args, "--out", tmp_path / "run", "--workers", 1, check=False)
+        code, err = proc.returncode, proc.stderr
         assert code == 1
         one_line(err, fragment)
         assert len(err.strip().splitlines()) == 1, err
@@ -81,23 +92,16 @@ def test_store_from_a_newer_version(tmp_path: Path, store: Path) -> None:
     newer = tmp_path / "newer.zarr"
     from_array(np.ones((3, 2)), newer, "counts")
     zarr.open_group(str(newer), mode="r+").attrs["buffet_format"] = 99
-    code, err = finish(start("info", newer))
-    assert code == 1
-    one_line(err, "newer buffet", "upgrade")
-
-
-def unused_port() -> int:
-    """A local TCP port that nothing listens on (bound once, then released)."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    proc = buffet("info", newer, check=False)
+    assert proc.returncode == 1
+    one_line(proc.stderr, "newer buffet", "upgrade")
 
 
 def test_unreachable_scheduler(tmp_path: Path, store: Path) -> None:
     port = unused_port()
-    code, err = finish(start("fit", "bnmf", store, "--out", tmp_path / "run", "--scheduler", f"tcp://127.0.0.1:{port}"))
-    assert code == 1
-    one_line(err, "cannot reach the Dask scheduler", f"127.0.0.1:{port}")
+    proc = buffet("fit", "bnmf", store, "--out", tmp_path / "run", "--scheduler", f"tcp://127.0.0.1:{port}", check=False)
+    assert proc.returncode == 1
+    one_line(proc.stderr, "cannot reach the Dask scheduler", f"127.0.0.1:{port}")
 
 
 def test_ctrl_c_marks_the_run_interrupted_and_says_how_to_resume(tmp_path: Path, store: Path) -> None:
@@ -120,7 +124,7 @@ def test_killed_worker_ends_with_one_line_naming_the_checkpoint(tmp_path: Path, 
     workers[0].kill()
     code, err = finish(proc)
     assert code == 1
-    step = json.loads((run / "checkpoint.json").read_text())["step"]
+    step = RunStore(run).read_checkpoint().step
     one_line(err, "lost a worker", f"checkpointed at step {step}", f"buffet resume {run}")
 
 
@@ -129,7 +133,7 @@ def test_full_disk_is_one_line_and_debug_shows_the_traceback(tmp_path: Path, sto
     def no_space(*_args, **_kwargs):
         raise OSError(errno.ENOSPC, "No space left on device", str(tmp_path / "run" / "globals.npz"))
 
-    monkeypatch.setattr(RunStore, "commit_checkpoint", no_space)
+    monkeypatch.setattr(RunStore, "save_checkpoint", no_space)
     args = ["fit", "bnmf", str(store), "--out", str(tmp_path / "run"), "--k", "3", "--batch-size", "500",
             "--workers", "1", "--worker-kind", "threads", "--quiet"]
     assert cli.main(args) == 1

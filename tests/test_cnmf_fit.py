@@ -8,14 +8,14 @@ import pytest
 
 from buffet.data.arrays import from_array
 from buffet.data.splits import add_split, holdout_rows
-from buffet.pipeline.engine.blocks import resolve
-from buffet.pipeline.models.cnmf import CNMFConfig
-from buffet.pipeline.reports.cnmf import transform
-from buffet.pipeline.engine.executors import SyncExecutor
+from buffet.data.store import Dataset
+from buffet.pipeline.engine.dataset import source_of
+from buffet.pipeline.engine.engine import Engine
 from buffet.pipeline.engine.runs import fit_run, resume_run
 from buffet.pipeline.engine.runstore import RunStore
-from test_cli_bnmf import buffet, exported
-from test_kernels_cnmf import cnmf_corpus
+from buffet.pipeline.models.cnmf import CNMFConfig
+
+from helpers import buffet, buffet_side_by_side, checkpoint, cnmf_corpus, exported, restored_driver, run_main
 
 
 @pytest.fixture(scope="module")
@@ -33,44 +33,46 @@ def cnmf_store(tmp_path_factory):
 def test_resumed_run_ends_like_an_uninterrupted_run(tmp_path, cnmf_store, mode):
     config = CNMFConfig(n_topics=4, n_dims=2, mode=mode, batch_size=200, passes=2, max_iter=6, tol=0.0,
                         chunk_rows=150, checkpoint_every=2, eval_every=3)
-    whole = fit_run("cnmf", cnmf_store, tmp_path / "whole", config, SyncExecutor(), quiet=True)
-    part = fit_run("cnmf", cnmf_store, tmp_path / "part", config, SyncExecutor(), stop_after=3, quiet=True)
+    whole = fit_run("cnmf", source_of(cnmf_store), tmp_path / "whole", config, Engine(), quiet=True)
+    part = fit_run("cnmf", source_of(cnmf_store), tmp_path / "part", config, Engine(), stop_after=3, quiet=True)
     assert RunStore(part.path).status == "interrupted"
-    resumed = resume_run(str(part.path), SyncExecutor(), quiet=True)
-    (a1, s1, _), (a2, s2, _) = whole.load_checkpoint(), resumed.load_checkpoint()
+    resumed = resume_run(str(part.path), Engine(), quiet=True)
+    a1, a2 = restored_driver(whole).globals, restored_driver(resumed).globals
     for name in ("g", "h", "L"):
         np.testing.assert_allclose(a1[name], a2[name], rtol=1e-12, atol=1e-12)
-    assert [r["step"] for r in s1["trace"]] == [r["step"] for r in s2["trace"]] == list(range(1, 7))
+    trace1, trace2 = checkpoint(whole)[1], checkpoint(resumed)[1]
+    assert [r["step"] for r in trace1] == [r["step"] for r in trace2] == list(range(1, 7))
     if mode == "batch":
-        objective = np.array([r["elbo"] for r in s1["trace"]])
+        objective = np.array([r["elbo"] for r in trace1])
         assert (np.diff(objective) >= -1e-9 * np.abs(objective[1:])).all()
 
 
-def test_cli_fit_evaluate_export_report_and_determinism(tmp_path, cnmf_store):
-    """fit (SVI) on 2 workers, evaluate, export, report; the same seed on 1 worker with another row
-    chunking gives the same topics, locations and scores."""
+def test_cli_fit_evaluate_export_report_and_determinism(tmp_path, cnmf_store, capsys):
+    """fit (SVI) on 2 workers in its own interpreter; evaluate, export, report through the command line in this
+    process; the same seed on 1 worker with another row chunking gives the same topics, locations and scores."""
     common = ["--k", 4, "--n-dims", 2, "--batch-size", 150, "--passes", 2, "--seed", 3, "--eval-every", 4, "--quiet"]
     fit = buffet("fit", "cnmf", cnmf_store, "--out", tmp_path / "run", "--workers", 2, "--chunk-rows", 100, *common)
     assert "finished" in fit.stdout and "topic   0:" in fit.stdout  # the top words are printed
-    result = json.loads(buffet("evaluate", tmp_path / "run", "--json", "--workers", 1, "--quiet").stdout)
+    result = json.loads(run_main(capsys, "evaluate", tmp_path / "run", "--json", "--workers", 1, "--quiet"))
     assert result["model"] == "cnmf" and result["heldout_docs"] == 60 and result["steps"] == 8
     assert -np.log(80) < result["heldout_loglik_per_word"] < 0  # better than uniform over words
-    arrays = exported(tmp_path / "run", tmp_path / "fit.npz")
+    arrays = exported(capsys, tmp_path / "run", tmp_path / "fit.npz")
     assert arrays["correlation"].shape == (4, 4) and arrays["L"].shape == (4, 2) and arrays["u"].shape == (600, 2)
     np.testing.assert_allclose(np.diag(arrays["correlation"]), 1.0)
     np.testing.assert_allclose(arrays["topic_word"].sum(axis=1), 1.0)
     assert arrays["vocab"][0] == "term0" and len(arrays["trace_step"]) == 8
-    some = resolve(cnmf_store).read_rows(100, 110).to_scipy()
-    np.testing.assert_allclose(transform(RunStore(tmp_path / "run"), some), arrays["u"][100:110], rtol=0, atol=1e-10)
-    files = buffet("report", tmp_path / "run", "--out", tmp_path / "report").stdout.split()
-    for name in ("heldout_loglik.png", "local_steps.png", "correlation.png", "topics.png"):
+    driver = restored_driver(RunStore(tmp_path / "run"))  # u_d of documents 100-109 as a block of their own
+    some = driver.model.location(Dataset(cnmf_store).read_rows(100, 110), driver.model.local_view(driver.globals))
+    np.testing.assert_allclose(some, arrays["u"][100:110], rtol=0, atol=1e-10)
+    files = run_main(capsys, "report", tmp_path / "run", "--out", tmp_path / "report").split()
+    for name in ("trace.png", "heldout_loglik.png", "correlation.png", "topics.png"):
         path = tmp_path / "report" / name
         assert str(path) in files and path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and path.stat().st_size > 5000
     summary = (tmp_path / "report" / "summary.md").read_text()
     assert summary.count("term") >= 4 * 10 and "Most correlated topic pairs" in summary
 
-    buffet("fit", "cnmf", cnmf_store, "--out", tmp_path / "other", "--workers", 1, "--chunk-rows", 70, *common)
-    other = exported(tmp_path / "other", tmp_path / "other.npz")
+    run_main(capsys, "fit", "cnmf", cnmf_store, "--out", tmp_path / "other", "--workers", 1, "--chunk-rows", 70, *common)
+    other = exported(capsys, tmp_path / "other", tmp_path / "other.npz")
     for name in ("topic_word", "L", "u", "trace_heldout_ll"):
         assert np.nanmax(np.abs(arrays[name] - other[name])) <= 1e-10, name
 
@@ -79,9 +81,10 @@ def test_data_that_are_not_counts_get_a_one_line_error(tmp_path):
     rng = np.random.default_rng(0)
     real = from_array(rng.normal(size=(20, 6)), tmp_path / "real.zarr", "real")
     binary = from_array((rng.random((20, 6)) < 0.5).astype(float), tmp_path / "binary.zarr", "binary")
-    for ds, kind in ((real, "real"), (binary, "binary")):
-        proc = buffet("fit", "cnmf", ds.path, "--out", tmp_path / f"run-{kind}", "--k", 3, "--workers", 1,
-                      "--quiet", check=False)
+    kinds = {"real": real, "binary": binary}
+    procs = buffet_side_by_side([("fit", "cnmf", ds.path, "--out", tmp_path / f"run-{kind}", "--k", 3, "--workers", 1,
+                                  "--quiet") for kind, ds in kinds.items()])
+    for kind, proc in zip(kinds, procs):
         assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stderr
         assert proc.stderr.startswith("buffet: error:") and len(proc.stderr.strip().splitlines()) == 1
         assert "correlated NMF needs a counts dataset" in proc.stderr and kind in proc.stderr

@@ -4,13 +4,12 @@ a fit survives lost workers with the same numbers (or stops with one line when n
 
 import dataclasses
 import os
-from pathlib import Path
 
 import numpy as np
 import pytest
 
 from buffet.pipeline.engine import codec
-from buffet.pipeline.engine.engine import ClusterFailure, Engine, _tree
+from buffet.pipeline.engine.engine import Engine, _tree
 from buffet.pipeline.engine.loop import Position, run_loop
 from buffet.pipeline.engine.messages import ClusterLostError
 from buffet.pipeline.engine.runstore import RunStore

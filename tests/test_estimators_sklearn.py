@@ -6,9 +6,16 @@ models only 0/1 data (SPEC 1 refuses anything else with a one-line error), so ev
 such data fails for them before it tests anything; each is listed below with the reason. Estimators
 with ``predict`` (IMF, INMF, BinaryMF) predict every entry of a row, an n x D matrix, where the sparse
 checks expect one value per row. The same list is in the README ("Using it from Python").
+
+One check is left out rather than run: ``check_array_api_input`` tests scikit-learn's array-API
+dispatch, which buffet does not use, and it runs only with ``SCIPY_ARRAY_API`` set before SciPy is
+imported, a switch that would change SciPy for the whole suite; otherwise scikit-learn skips it.
 """
 
-from sklearn.utils.estimator_checks import parametrize_with_checks
+from functools import partial
+
+import pytest
+from sklearn.utils.estimator_checks import estimator_checks_generator
 
 from test_estimators import FAST
 
@@ -43,7 +50,33 @@ def _expected_failures(estimator) -> dict[str, str]:
     return EXPECTED["predict"] if hasattr(estimator, "predict") else {}
 
 
-@parametrize_with_checks([make() for make, _ in FAST.values()], expected_failed_checks=_expected_failures)
+LEFT_OUT = {"check_array_api_input"}
+
+
+def _function_name(check) -> str:
+    while isinstance(check, partial):
+        check = check.func
+    return check.__name__
+
+
+def _check_name(case) -> str:
+    """The name of the check function in a generated (estimator, check) pair or its pytest.param."""
+    return _function_name(case.values[1] if hasattr(case, "values") else case[1])
+
+
+def _cases() -> list:
+    """scikit-learn's checks for every estimator, expected failures marked xfail, ``LEFT_OUT`` dropped."""
+    cases = []
+    for make, _ in FAST.values():
+        estimator = make()
+        cases += [case for case in estimator_checks_generator(estimator, mark="xfail",
+                                                             expected_failed_checks=_expected_failures(estimator))
+                  if _check_name(case) not in LEFT_OUT]
+    return cases
+
+
+@pytest.mark.parametrize("estimator, check", _cases(),
+                         ids=lambda value: _function_name(value) if callable(value) else type(value).__name__)
 def test_scikit_learn_checks(estimator, check):
     check(estimator)
 

@@ -17,7 +17,7 @@ from buffet.pipeline.engine.seeds import stream
 from buffet.pipeline.models.gibbs import CHAINS, LGGibbsConfig, NoisyORGibbsConfig
 from buffet.pipeline.reports.ibp import add_true_z
 
-from test_particles_fit import _assert_same, _checkpoint, _restored, buffet
+from helpers import assert_same, buffet, checkpoint, restored_driver, run_main
 
 CONFIGS = {"gibbs-linear-gaussian": LGGibbsConfig(sweeps=10, chains=3, sigma_x=0.5, seed=2),
            "gibbs-noisy-or": NoisyORGibbsConfig(sweeps=10, chains=3, alpha=3.0, seed=2)}
@@ -44,10 +44,10 @@ def test_same_seed_gives_the_same_chains_on_1_and_2_workers_and_in_process(tmp_p
     engines = {"here": Engine(), "1": Engine(clients[1]), "2": Engine(clients[2])}
     runs = {name: fit_run(model, source_of(stores[model]), tmp_path / name, CONFIGS[model], engine, quiet=True)
             for name, engine in engines.items()}
-    results = {name: _checkpoint(run) for name, run in runs.items()}
-    _assert_same(results["here"], results["1"])
-    _assert_same(results["here"], results["2"])
-    exports = {name: spec_for(model).outputs.export(_restored(run, (CHAINS,)), run) for name, run in runs.items()}
+    results = {name: checkpoint(run) for name, run in runs.items()}
+    assert_same(results["here"], results["1"])
+    assert_same(results["here"], results["2"])
+    exports = {name: spec_for(model).outputs.export(restored_driver(run, (CHAINS,)), run) for name, run in runs.items()}
     for key, value in exports["here"].items():
         np.testing.assert_array_equal(exports["2"][key], value, err_msg=key)
 
@@ -56,8 +56,8 @@ def test_chains_are_the_kernel_sampler_with_per_chain_streams_and_burn_in(tmp_pa
     config = LGGibbsConfig(sweeps=10, chains=2, burn_in=0.3, sigma_x=0.5, seed=9)
     run = fit_run("gibbs-linear-gaussian", source_of(stores["gibbs-linear-gaussian"]), tmp_path / "run", config,
                   Engine(), quiet=True)
-    _, trace = _checkpoint(run)
-    driver = _restored(run, (CHAINS,))
+    _, trace = checkpoint(run)
+    driver = restored_driver(run, (CHAINS,))
     chains = driver.engine.gather(driver.engine.state(CHAINS))
     X = Dataset(stores["gibbs-linear-gaussian"]).read_rows(0, 20).X
     for c, chain in enumerate(chains):
@@ -80,23 +80,26 @@ def test_resumed_sampler_ends_like_an_uninterrupted_one(tmp_path, stores, model,
     part = fit_run(model, source_of(stores[store]), tmp_path / "part", config, Engine(), stop_after=4, quiet=True)
     assert part.status == "interrupted"
     with pytest.raises(UserError, match="has not finished its sweeps"):
-        _restored(part, (CHAINS,)).posterior()
-    _assert_same(_checkpoint(whole), _checkpoint(resume_run(str(part.path), Engine(), quiet=True)))
+        restored_driver(part, (CHAINS,)).posterior()
+    assert_same(checkpoint(whole), checkpoint(resume_run(str(part.path), Engine(), quiet=True)))
 
 
-def test_cli_fit_evaluate_export_report(tmp_path, stores):
+def test_cli_fit_evaluate_export_report(tmp_path, stores, capsys):
+    """``buffet fit`` in its own interpreter on an embedded cluster (a worker process); evaluate, export and
+    report through the command line in this process."""
     buffet("fit", "gibbs-linear-gaussian", stores["gibbs-linear-gaussian"], "--out", tmp_path / "run", "--sweeps", 40,
-           "--sigma-x", 0.5, "--sigma-a", 1.0, "--alpha", 1.0, "--seed", 1, "--split-merge-moves", 3, "--workers", 2,
+           "--sigma-x", 0.5, "--sigma-a", 1.0, "--alpha", 1.0, "--seed", 1, "--split-merge-moves", 3, "--workers", 1,
            "--quiet")
     assert json.loads((tmp_path / "run" / "run.json").read_text())["params"]["split_merge_moves"] == 3
-    result = json.loads(buffet("evaluate", tmp_path / "run", "--json", "--workers", 1, "--quiet"))
+    result = json.loads(run_main(capsys, "evaluate", tmp_path / "run", "--json", "--workers", 1, "--worker-kind",
+                                 "threads", "--quiet"))
     assert 3.0 <= result["k_plus"] <= 7.0
     assert 0.0 <= result["zzt_error"] < 100.0
-    buffet("export", tmp_path / "run", "--out", tmp_path / "post.npz")
+    run_main(capsys, "export", tmp_path / "run", "--out", tmp_path / "post.npz")
     with np.load(tmp_path / "post.npz") as post:
         assert post["zzt"].shape == (20, 20)
         assert post["trace_log_joint_3"].shape == (40,)
-    files = buffet("report", tmp_path / "run", "--out", tmp_path / "report").split()
+    files = run_main(capsys, "report", tmp_path / "run", "--out", tmp_path / "report").split()
     for name in ("zzt.png", "k_plus.png", "bases.png", "trace_k_plus.png", "trace_log_joint.png"):
         assert str(tmp_path / "report" / name) in files
         assert (tmp_path / "report" / name).read_bytes()[:4] == b"\x89PNG"

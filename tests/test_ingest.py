@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import gzip
-import os
 from pathlib import Path
 
 import numpy as np
@@ -11,7 +10,8 @@ import pytest
 import scipy.io
 import scipy.sparse as sp
 
-from buffet.data.errors import InputError
+from buffet.data.bundled import rolemining_path
+from buffet.data.errors import InputError, UserError
 from buffet.data.ingest_text import ingest
 from buffet.data import ldac
 from buffet.data.ldac import ingest_ldac
@@ -21,9 +21,6 @@ from buffet.data.ratings import ingest_dense_ratings, ingest_ratings
 from buffet.data.store import Dataset
 from buffet.data.textblocks import Block, RecordSpec, _parse_records_fast, _parse_records_slowly
 from buffet.data.uci import ingest_uci
-
-ROLEMINING = Path(__file__).resolve().parents[2] / "shared" / "datasets" / "rolemining"
-
 
 def random_counts(n_rows: int, n_cols: int, density: float, seed: int) -> sp.csr_matrix:
     """A sparse count matrix with some empty rows (documents without words)."""
@@ -102,15 +99,25 @@ def test_uci_accepts_unsorted_words_blank_lines_and_crlf(tmp_path: Path) -> None
     np.testing.assert_array_equal(ds.read_rows(0, 1).indices, [1, 3])
 
 
-@pytest.mark.parametrize("data", [b"1 2 3\n4 5 6\n", b"1 2 3\n\n 4\t5 6 \r\n", b"1 2 3.5\n4 5 -6e1\n",
-                                  b"1,2,3\n4,5,6\r\n", b"1,2,3\n4, 5 ,6\n"])
-def test_fast_and_line_by_line_parsers_agree(data: bytes) -> None:
+@pytest.mark.parametrize("data, values, lines, fast_applies", [
+    (b"1 2 3\n4 5 6\n", [3.0, 6.0], [10, 11], True),
+    (b"1 2 3\n\n 4\t5 6 \r\n", [3.0, 6.0], [10, 12], True),       # blank line, tab, CRLF
+    (b"1 2 3.5\n4 5 -6e1\n", [3.5, -60.0], [10, 11], True),
+    (b"1,2,3\n4,5,6\r\n", [3.0, 6.0], [10, 11], True),
+    (b"1,2,3\n4, 5 ,6\n", [3.0, 6.0], [10, 11], False),            # spaces around a delimiter
+])
+def test_fast_and_line_by_line_parsers_give_the_records(data: bytes, values: list, lines: list,
+                                                        fast_applies: bool) -> None:
+    """Ids (1, 2) and (4, 5) with the given values, on lines numbered from the block's first line (10)."""
     spec = RecordSpec(("a", "b"), ("v",), b"," if b"," in data else None)
     fast = _parse_records_fast(Block(data, 10), spec)
-    slow = _parse_records_slowly(Block(data, 10), spec, "f")
-    assert fast is not None or b" " in data
-    for name in ("ids", "values", "lines"):
-        np.testing.assert_array_equal(getattr(fast or slow, name), getattr(slow, name))
+    parsed = [_parse_records_slowly(Block(data, 10), spec, "f")] + ([fast] if fast_applies else [])
+    assert (fast is not None) == fast_applies
+    for records in parsed:
+        np.testing.assert_array_equal(records.ids, [[1, 2], [4, 5]])
+        np.testing.assert_array_equal(records.values, np.reshape(values, (2, 1)))
+        np.testing.assert_array_equal(records.lines, lines)
+        assert (records.ids.dtype, records.values.dtype, records.lines.dtype) == (np.int64, np.float64, np.int64)
 
 
 @pytest.mark.parametrize("data", [b"1,2,3\n1,,2 3\n", b"1,2,3\n1,2,3,\n", b"1 2 3\n1 2\n3\n", b"1 2 x\n"])
@@ -121,12 +128,16 @@ def test_fast_parser_leaves_malformed_blocks_to_the_line_parser(data: bytes) -> 
         _parse_records_slowly(Block(data, 1), spec, "f")
 
 
-def test_ldac_fast_and_line_by_line_parsers_agree() -> None:
+def test_ldac_fast_and_line_by_line_parsers_give_the_records() -> None:
+    """Four documents (one empty) on lines 4, 6, 7, 8; ids are (document in the block, word)."""
     block = Block(b"2 0:1 3:2\r\n\n0\n1\t5:3 \n  2 7:1  2:4\n", 4)
     fast, slow = ldac._parse_fast(block), ldac._parse_slowly(block, "f")
-    assert fast is not None and fast[1] == slow[1] == 4
-    for name in ("ids", "values", "lines"):
-        np.testing.assert_array_equal(getattr(fast[0], name), getattr(slow[0], name))
+    assert fast is not None
+    for records, n_docs in (fast, slow):
+        assert n_docs == 4
+        np.testing.assert_array_equal(records.ids, [[0, 0], [0, 3], [2, 5], [3, 7], [3, 2]])
+        np.testing.assert_array_equal(records.values, [[1.0], [2.0], [3.0], [1.0], [4.0]])
+        np.testing.assert_array_equal(records.lines, [4, 4, 7, 8, 8])
 
 
 def test_ldac_round_trip_without_vocab(tmp_path: Path) -> None:
@@ -240,12 +251,7 @@ def test_dense_ratings_jester_layout(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("name, users, perms, ones", [("domino.txt", 79, 231, 730), ("fire1.txt", 365, 709, 31951)])
 def test_rolemining_pairs(tmp_path: Path, name: str, users: int, perms: int, ones: int) -> None:
-    source = ROLEMINING / name
-    if not source.exists():
-        message = f"{source} is missing: the role-mining files ship in the project's shared/ folder, not in git"
-        if os.environ.get("CI"):
-            pytest.fail(message)  # CI always has shared/ beside the checkout
-        pytest.skip(message)
+    source = rolemining_path(name)
     ds = ingest_pairs(source, tmp_path / "users")
     assert (ds.layout, ds.kind, ds.shape, ds.has_mask) == ("dense", "binary", (users, perms), False)
     X = all_rows(ds)
@@ -256,6 +262,11 @@ def test_rolemining_pairs(tmp_path: Path, name: str, users: int, perms: int, one
     assert transposed.shape == (perms, users)
     np.testing.assert_array_equal(all_rows(transposed), X.T)
     assert transposed.split("heldout")["test_mask"].sum() == round(0.2 * users * perms)
+
+
+def test_only_the_shipped_rolemining_files_are_offered() -> None:
+    with pytest.raises(UserError, match="unknown role-mining file 'apj.txt'; the package ships domino.txt, fire1.txt"):
+        rolemining_path("apj.txt")
 
 
 def test_dispatcher(tmp_path: Path) -> None:

@@ -17,6 +17,13 @@ from oracles import enumerate_ibp_classes, exact_class_posterior, noisy_or_log_m
 
 TINY_Z = np.array([[1, 0], [1, 1], [0, 1]], bool)
 
+# Chains on 3 x 6-7 matrices against exact class posteriors (3432 classes with K+ <= 7): the total variation
+# of a correct sampler's class frequencies falls slowly with the sweeps (the many small classes bias it up).
+# Calibrated over 16 chain seeds; the bounds sit ~5 Monte Carlo standard deviations above the mean, and each
+# test fails with a real bug (tried by editing the kernels: the prior odds m/N instead of m/(N - m) give TV
+# 0.09-0.23, Poisson(alpha/(N+1)) new features in the noisy-OR sampler 0.10, imputing with half the noise sd
+# 0.16).
+
 
 def _chain_class_frequencies(sweep, state, n_sweeps, burn_in=100):
     """Frequencies of the IBP classes of Z visited by a chain."""
@@ -61,32 +68,35 @@ def test_lg_gibbs_matches_exact_class_posterior(split_merge_moves):
     exact = exact_class_posterior(3, 7, alpha, lambda Z: lg.collapsed_log_likelihood(X, Z, sx, sa))
     start = lg.LGGibbsState(np.zeros((3, 0), bool), alpha, sx, sa)
     freq, state = _chain_class_frequencies(
-        lambda s: lg.gibbs_sweep(X, s, rng, lg.FIXED, split_merge_moves=split_merge_moves), start, 20000)
-    assert total_variation(exact, freq) < 0.05
+        lambda s: lg.gibbs_sweep(X, s, rng, lg.FIXED, split_merge_moves=split_merge_moves), start, 4000)
+    # 4000 sweeps: TV mean 0.043, sd 0.004 (0.006 with split-merge moves), max 0.056; odds bug 0.23
+    assert total_variation(exact, freq) < 0.075
     assert (state.alpha, state.sigma_x, state.sigma_a) == (alpha, sx, sa)
 
 
 def test_split_merge_moves_leave_the_exact_posterior_invariant():
-    """Exact draws from a broad posterior (alpha 2, sigma_X 1: K+ from 0 to 6), then 20 split-merge moves
-    each: the classes reached are still exact draws. A ratio without log alpha or without the
-    allocation probability moves the frequencies away from the exact posterior by TV 0.02-0.05 here."""
+    """Exact draws from a broad posterior (alpha 2, sigma_X 1: K+ from 0 to 6), then 10 split-merge moves
+    each: the classes reached are still exact draws, so their TV to the exact posterior is no larger than
+    that of the draws themselves. Over 6 seeds the change in TV is -0.001 +- 0.002 (max 0.002); a ratio
+    without log alpha raises it by 0.039, one without the allocation probability by 0.017 (0.011-0.020;
+    both tried by editing the ratio)."""
     rng = np.random.default_rng(1)
     alpha, sx, sa = 2.0, 1.0, 1.0
     X = linear_gaussian_x(TINY_Z, rng.normal(size=(2, 6)) * sa, 0.4, rng)
     exact = exact_class_posterior(3, 6, alpha, lambda Z: lg.collapsed_log_likelihood(X, Z, sx, sa))
     classes = {class_key(Z): Z for Z in enumerate_ibp_classes(3, 6)}
     keys = list(exact)
-    draws = rng.choice(len(keys), size=10000, p=np.array([exact[key] for key in keys]))
+    draws = rng.choice(len(keys), size=5000, p=np.array([exact[key] for key in keys]))
     before, after, moved = {}, {}, 0
     for d in draws:
         Z = classes[keys[d]]
-        for _ in range(20):
+        for _ in range(10):
             Z = lg.split_merge(X, Z, alpha, sx, sa, rng)
         key = class_key(Z)
-        before[keys[d]] = before.get(keys[d], 0.0) + 1e-4
-        after[key] = after.get(key, 0.0) + 1e-4
+        before[keys[d]] = before.get(keys[d], 0.0) + 1 / 5000
+        after[key] = after.get(key, 0.0) + 1 / 5000
         moved += key != keys[d]
-    assert moved > 2000
+    assert moved > 1000   # a quarter of the draws end in another class
     assert total_variation(exact, after) < total_variation(exact, before) + 0.01
 
 
@@ -101,8 +111,9 @@ def test_lg_gibbs_with_missing_entries_matches_exact_class_posterior():
     exact = exact_class_posterior(3, 7, alpha, lambda Z: lg.collapsed_log_likelihood(X, Z, sx, sa, observed))
     start = lg.LGGibbsState(np.zeros((3, 0), bool), alpha, sx, sa)
     freq, state = _chain_class_frequencies(lambda s: lg.gibbs_sweep(X, s, rng, lg.FIXED, observed=observed),
-                                           start, 20000)
-    assert total_variation(exact, freq) < 0.05
+                                           start, 6000)
+    # 6000 sweeps (the imputations slow the mixing): TV mean 0.027, sd 0.007, max 0.038; odds bug 0.09
+    assert total_variation(exact, freq) < 0.06
     assert state.imputed.shape == (3,) and np.isfinite(state.imputed).all()
 
 
@@ -185,8 +196,9 @@ def test_noisy_or_gibbs_matches_exact_class_posterior_with_missing_entries():
     exact = exact_class_posterior(3, 7, 0.5, lambda Z: noisy_or_log_marginal(X, Z, params, observed))
     start = no.NoisyORGibbsState(np.zeros((3, 0), bool), np.zeros((0, 7), bool), 0.5)
     freq, state = _chain_class_frequencies(
-        lambda s: no.gibbs_sweep(X, s, params, rng, observed, alpha_prior=None), start, 15000)
-    assert total_variation(exact, freq) < 0.05
+        lambda s: no.gibbs_sweep(X, s, params, rng, observed, alpha_prior=None), start, 4000)
+    # 4000 sweeps: TV mean 0.051, sd 0.005, max 0.060; new-feature bug 0.10, odds bug 0.20
+    assert total_variation(exact, freq) < 0.075
     assert state.Y.shape == (state.Z.shape[1], 7) and state.Z.any(axis=0).all()
 
 

@@ -1,8 +1,6 @@
 """Particle filters on the engine (issue 4: distributed blocks, global resampling, determinism, resume, CLI)."""
 
 import json
-import subprocess
-import sys
 
 import numpy as np
 import pytest
@@ -14,15 +12,14 @@ from buffet.data.store import Dataset
 from buffet.kernels import ibp_summary
 from buffet.kernels.ibp_prior import class_key, left_order
 from buffet.kernels.resampling import concatenate_blocks, normalise_log_weights, select_particles, systematic_resample
-from buffet.pipeline.engine import codec
-from buffet.pipeline.engine.checkpoints import Saved
 from buffet.pipeline.engine.dataset import source_of
 from buffet.pipeline.engine.engine import Engine
-from buffet.pipeline.engine.runs import config_from, fit_run, restored, resume_run, run_source, spec_for
-from buffet.pipeline.engine.runstore import RunStore
+from buffet.pipeline.engine.runs import fit_run, resume_run, spec_for
 from buffet.pipeline.engine.seeds import stream
 from buffet.pipeline.models.particles import PARTICLES, LGParticleConfig, NoisyORParticleConfig, block_bounds
 from buffet.pipeline.reports.ibp import add_true_z
+
+from helpers import assert_same, buffet, checkpoint, restored_driver, run_main
 
 CONFIGS = {"pf-linear-gaussian": LGParticleConfig(particles=60, blocks=3, sigma_x=0.5, seed=3),
            "pf-noisy-or": NoisyORParticleConfig(particles=60, blocks=3, alpha=3.0, seed=3)}
@@ -45,39 +42,17 @@ def stores(tmp_path_factory):
     return {k: str(v) for k, v in paths.items()}
 
 
-def _checkpoint(run):
-    """Everything the last checkpoint of ``run`` holds as flat arrays (the driver's globals and every block
-    of every named state, ``engine.codec``), and its trace without the clock."""
-    engine, spec = Engine(), spec_for(run.model)
-    driver = spec.make_driver(config_from(spec, run.params), run_source(run), engine)
-    position = Saved(RunStore(run.path), engine).restore(driver)
-    values = {"globals": driver.global_arrays(), **{name: engine.gather(blocks) for name, blocks in engine.states.items()}}
-    return codec.to_arrays(values), [{k: v for k, v in r.items() if k != "seconds"} for r in position.trace]
-
-
-def _restored(run, states=(PARTICLES,)):
-    """The run's driver at its last checkpoint, in this process, with ``states`` read back."""
-    return restored(RunStore(run.path), Engine(), states)[0]
-
-
-def _assert_same(a, b):
-    (arrays_a, trace_a), (arrays_b, trace_b) = a, b
-    assert trace_a == trace_b
-    assert sorted(arrays_a) == sorted(arrays_b)
-    for key in arrays_a:
-        np.testing.assert_array_equal(arrays_a[key], arrays_b[key], err_msg=key)
-
-
 @pytest.mark.parametrize("model", sorted(CONFIGS))
 def test_same_seed_gives_the_same_posterior_on_1_and_2_workers_and_in_process(tmp_path, stores, clients, model):
     engines = {"here": Engine(), "1": Engine(clients[1]), "2": Engine(clients[2])}
     runs = {name: fit_run(model, source_of(stores[model]), tmp_path / name, CONFIGS[model], engine, quiet=True)
             for name, engine in engines.items()}
-    results = {name: _checkpoint(run) for name, run in runs.items()}
-    _assert_same(results["here"], results["1"])
-    _assert_same(results["here"], results["2"])
+    results = {name: checkpoint(run) for name, run in runs.items()}
+    assert_same(results["here"], results["1"])
+    assert_same(results["here"], results["2"])
     assert any(key.startswith(f"v.{PARTICLES}.2.") for key in results["here"][0])   # the blocks are in it
-    exports = {name: spec_for(model).outputs.export(_restored(run), run) for name, run in runs.items()}
+    exports = {name: spec_for(model).outputs.export(restored_driver(run, (PARTICLES,)), run)
+               for name, run in runs.items()}
     for key, value in exports["here"].items():
         np.testing.assert_array_equal(exports["2"][key], value, err_msg=key)
 
@@ -110,7 +85,7 @@ def test_moving_particles_between_blocks_equals_resampling_the_gathered_particle
                               ess_threshold=ess_threshold)
     run = fit_run("pf-linear-gaussian", source_of(stores["pf-linear-gaussian"]), tmp_path / "run", config, Engine(),
                   quiet=True)
-    driver = _restored(run)
+    driver = restored_driver(run, (PARTICLES,))
     expected, weights = _reference_filter(config, Dataset(stores["pf-linear-gaussian"]).read_rows(0, 24).X)
     blocks = driver.particle_blocks()
     assert len(blocks) == len(expected)
@@ -118,7 +93,7 @@ def test_moving_particles_between_blocks_equals_resampling_the_gathered_particle
         np.testing.assert_array_equal(block.Z, want.Z)
         np.testing.assert_allclose(block.M, want.M, rtol=1e-12, atol=1e-12)
     np.testing.assert_allclose(driver.weights, weights, rtol=1e-12)
-    resampled = [r["resampled"] for r in _checkpoint(run)[1]]
+    resampled = [r["resampled"] for r in checkpoint(run)[1]]
     assert resampled[-1] == 0.0 and (sum(resampled) == 23 if ess_threshold == 1.0 else 0 < sum(resampled) < 23)
 
 
@@ -129,8 +104,8 @@ def test_resumed_filter_ends_like_an_uninterrupted_one(tmp_path, stores, model, 
     whole = fit_run(model, source_of(stores[store]), tmp_path / "whole", config, Engine(), quiet=True)
     part = fit_run(model, source_of(stores[store]), tmp_path / "part", config, Engine(), stop_after=3, quiet=True)
     assert part.status == "interrupted"
-    assert _restored(part).rows_done == 3
-    _assert_same(_checkpoint(whole), _checkpoint(resume_run(str(part.path), Engine(), quiet=True)))
+    assert restored_driver(part, (PARTICLES,)).rows_done == 3
+    assert_same(checkpoint(whole), checkpoint(resume_run(str(part.path), Engine(), quiet=True)))
 
 
 def test_summary_class_sums_equal_a_loop_over_particles():
@@ -155,7 +130,7 @@ def test_summary_class_sums_equal_a_loop_over_particles():
 def test_more_blocks_than_particles_and_bad_settings_are_handled(tmp_path, stores):
     run = fit_run("pf-noisy-or", source_of(stores["pf-noisy-or"]), tmp_path / "few",
                   NoisyORParticleConfig(particles=2, blocks=5), Engine(), quiet=True)
-    driver = _restored(run)
+    driver = restored_driver(run, (PARTICLES,))
     assert driver.weights.shape == (2,) and [b.n_particles for b in driver.particle_blocks()] == [1, 1]
     with pytest.raises(UserError, match=r"lam must be in \(0, 1\)"):
         fit_run("pf-noisy-or", source_of(stores["pf-noisy-or"]), tmp_path / "bad", NoisyORParticleConfig(lam=1.5),
@@ -170,29 +145,26 @@ def test_more_blocks_than_particles_and_bad_settings_are_handled(tmp_path, store
         fit_run("pf-noisy-or", source_of(stores["pf-linear-gaussian"]), tmp_path / "real", NoisyORParticleConfig(),
                 Engine(), quiet=True)
     with pytest.raises(UserError, match="has not processed every row"):
-        _restored(fit_run("pf-noisy-or", source_of(stores["pf-noisy-or"]), tmp_path / "part", NoisyORParticleConfig(),
-                          Engine(), stop_after=2, quiet=True)).posterior()
+        part = fit_run("pf-noisy-or", source_of(stores["pf-noisy-or"]), tmp_path / "part", NoisyORParticleConfig(),
+                       Engine(), stop_after=2, quiet=True)
+        restored_driver(part, (PARTICLES,)).posterior()
 
 
-def buffet(*args):
-    proc = subprocess.run([sys.executable, "-m", "buffet.pipeline.cli", *map(str, args)],
-                          capture_output=True, text=True, timeout=300)
-    assert proc.returncode == 0, proc.stderr
-    return proc.stdout
-
-
-def test_cli_fit_evaluate_export_report(tmp_path, stores):
+def test_cli_fit_evaluate_export_report(tmp_path, stores, capsys):
+    """``buffet fit`` in its own interpreter on an embedded cluster (a worker process); evaluate, export and
+    report through the command line in this process."""
     buffet("fit", "pf-linear-gaussian", stores["pf-linear-gaussian"], "--out", tmp_path / "run", "--particles", 300,
-           "--sigma-x", 0.5, "--sigma-a", 1.0, "--alpha", 1.0, "--seed", 4, "--workers", 2, "--quiet")
-    result = json.loads(buffet("evaluate", tmp_path / "run", "--json", "--workers", 1, "--quiet"))
+           "--sigma-x", 0.5, "--sigma-a", 1.0, "--alpha", 1.0, "--seed", 4, "--workers", 1, "--quiet")
+    result = json.loads(run_main(capsys, "evaluate", tmp_path / "run", "--json", "--workers", 1, "--worker-kind",
+                                 "threads", "--quiet"))
     assert 2.0 <= result["k_plus"] <= 6.0
     assert 0.0 <= result["zzt_error"] < 200.0   # all-zero E[ZZ^T] would give sum(triu(ZZ^T)) ~ 330
-    buffet("export", tmp_path / "run", "--out", tmp_path / "post.npz")
+    run_main(capsys, "export", tmp_path / "run", "--out", tmp_path / "post.npz")
     with np.load(tmp_path / "post.npz") as post:
         assert post["zzt"].shape == (24, 24)
         assert post["k_plus_dist"].sum() == pytest.approx(1.0)
         assert post["A_mean"].shape[1] == 36
-    files = buffet("report", tmp_path / "run", "--out", tmp_path / "report").split()
+    files = run_main(capsys, "report", tmp_path / "run", "--out", tmp_path / "report").split()
     for name in ("trace.png", "zzt.png", "k_plus.png", "bases.png"):
         assert str(tmp_path / "report" / name) in files
         assert (tmp_path / "report" / name).read_bytes()[:4] == b"\x89PNG"

@@ -8,6 +8,11 @@ import numpy as np
 import pytest
 
 from buffet.pipeline.cli import main
+from buffet.pipeline.engine.seeds import stream
+from buffet.pipeline.experiments import collaborative_filtering as cf
+from buffet.pipeline.experiments.common import method_family
+
+from helpers import read_csv
 
 
 def write_jester(path: Path, n_users: int = 60, n_jokes: int = 100, seed: int = 0) -> np.ndarray:
@@ -25,18 +30,26 @@ def write_jester(path: Path, n_users: int = 60, n_jokes: int = 100, seed: int = 
     return ratings
 
 
-def test_quick_jester_reproduction_writes_finite_nmaes(tmp_path, capsys):
+def test_quick_jester_reproduction_learns_the_low_rank_ratings(tmp_path, capsys):
+    """The file's ratings are rank 2 with signed factors plus noise of sd 1 (NMAE floor ~0.04): IMF and the
+    SVD must predict held-out ratings far better than the best constant (the training median, 0.182 NMAE;
+    the biases can do no better here, 0.183); INMF, whose features are nonnegative, still better than it.
+    Measured (repeat 0): SVD 0.116, NMF 0.120, IMF 0.127, INMF 0.166."""
     jester = tmp_path / "jester-data-1.csv"
     write_jester(jester)
     out = tmp_path / "out"
     assert main(["reproduce", "collaborative-filtering", "--jester", str(jester), "--out", str(out), "--seeds", "1",
                  "--quick"]) == 0
-    with (out / "collaborative_filtering_repeats.csv").open() as f:
-        repeats = list(csv.DictReader(f))
-    methods = {r["method"].replace(" + offsets", "") for r in repeats}
-    assert {"User + item biases", "SVD (item-mean fill)", "NMF (masked)", "IMF", "INMF"} <= methods
-    nmae = np.array([float(r["NMAE"]) for r in repeats])
-    assert np.all(np.isfinite(nmae)) and np.all((nmae > 0) & (nmae < 0.5))
+    nmae = {method_family(r["method"]): float(r["NMAE"])
+            for r in read_csv(out / "collaborative_filtering_repeats.csv")}
+    assert nmae.keys() == {"User + item biases", "SVD (item-mean fill)", "NMF (masked)", "IMF", "INMF"}
+    data = cf.load_jester(jester, tmp_path / "work", cf.Settings.of(True).n_users)
+    x, observed = data.repeat(0)
+    test = cf.per_user_holdout(observed, stream(0, "cf-test"), data.held_out, data.held_out_divisor)
+    constant = np.abs(x[test] - np.median(x[observed & ~test])).mean() / data.value_range
+    for method in ("IMF", "SVD (item-mean fill)", "NMF (masked)"):
+        assert nmae[method] < 0.8 * constant, (constant, nmae)
+    assert nmae["INMF"] < constant, (constant, nmae)
     report = (out / "collaborative_filtering.md").read_text()
     assert "Jester file jester-data-1.csv: 60 users" in report and "MAE / 20" in report
     assert (out / "collaborative_filtering_nmae.png").read_bytes()[:4] == b"\x89PNG"
@@ -44,7 +57,7 @@ def test_quick_jester_reproduction_writes_finite_nmaes(tmp_path, capsys):
 
 
 def run_cli_error(args: list[str], capsys) -> str:
-    assert main(args) == 2
+    assert main(args) == 1
     err = capsys.readouterr().err
     assert err.startswith("buffet: error:") and err.count("\n") == 1
     return err

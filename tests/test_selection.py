@@ -3,13 +3,10 @@
 reproduction experiments take the same path."""
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
-import zarr
 
 from buffet.data.arrays import from_array
 from buffet.data.splits import EntrySample, add_split, holdout_entries
@@ -20,6 +17,8 @@ from buffet.pipeline.engine.runstore import RunStore
 from buffet.pipeline.engine.selection import one_standard_error_choice
 from buffet.pipeline.models.imf import IMFConfig
 from buffet.pipeline.reports.outputs import evaluate_run, export_run
+
+from helpers import buffet
 
 
 def planted_binary(seed: int = 0, n: int = 60, d: int = 24) -> np.ndarray:
@@ -110,15 +109,11 @@ def test_cli_fit_evaluate_and_report_show_the_choice(tmp_path):
     x = planted_binary(3)
     store = write(x, tmp_path / "s.zarr", holdout_entries(np.ones(x.shape, bool), 0.2, 3))
 
-    def buffet(*args):
-        proc = subprocess.run([sys.executable, "-m", "buffet.pipeline.cli", *map(str, args)], capture_output=True,
-                              text=True, timeout=300)
-        assert proc.returncode == 0, proc.stderr
-        return proc
-
-    fit = buffet("fit", "inmf", store, "--out", tmp_path / "run", "--max-k", 3, "--n-candidates", 1, "--workers", 1)
+    fit = buffet("fit", "inmf", store, "--out", tmp_path / "run", "--max-k", 3, "--n-candidates", 1,
+                 "--validation-folds", 2, "--workers", 1, "--worker-kind", "threads")
     assert "chosen on validation:" in fit.stderr and "validation 4/4:" in fit.stderr
-    result = json.loads(buffet("evaluate", tmp_path / "run", "--json", "--workers", 1, "--quiet").stdout)
+    result = json.loads(buffet("evaluate", tmp_path / "run", "--json", "--workers", 1, "--worker-kind", "threads",
+                               "--quiet").stdout)
     labels = [c["label"] for c in RunStore(tmp_path / "run").selection["candidates"]]
     assert result["selected"] in labels and result["auc"] > 0.8
     buffet("report", tmp_path / "run", "--out", tmp_path / "report")

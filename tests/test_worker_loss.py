@@ -44,7 +44,7 @@ def run_to_end(*args: object) -> None:
 def checkpoint_step(run: Path) -> int:
     """The step of the run's newest readable checkpoint, or -1."""
     try:
-        return RunStore(run).load_checkpoint_v2().step
+        return RunStore(run).read_checkpoint().step
     except Exception:
         return -1
 

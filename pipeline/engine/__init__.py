@@ -1,1 +1,1 @@
-"""The engine (SPEC 2): executors, block reads, the fit loop, run stores, checkpoints, the cluster."""
+"""The engine (SPEC 2): block sets on Dask, data blocks, the fit loop, run stores, checkpoints, the cluster."""

@@ -2,20 +2,26 @@
 (``Driver.global_arrays``), every named per-block state of the engine, the step and the trace.
 
 Each block of a named state is flattened to arrays (``engine.codec``) and written into the run's new
-checkpoint folder by the worker that holds it; the client writes the globals and the manifest last
-(``RunStore``). Restoring reads every block back where it will be used (its lineage is that read, so a
-lost block is read again). A fit without a run folder keeps its last checkpoint in this process.
+checkpoint folder by the worker that holds it; the client writes the globals and state, then the manifest
+listing every file with its checksum, last (``RunStore.save_checkpoint``). Restoring takes the newest
+checkpoint whose files all match its manifest, the block files checked by workers (an older checkpoint
+when the newest is damaged, ``RunStore.read_checkpoint``), and reads every block back where it will be
+used (its lineage is that read, so a lost block is read again). A fit without a run folder keeps its last
+checkpoint in this process.
 """
 
 from __future__ import annotations
 
 import copy
 import json
-from typing import Any, Sequence
+from typing import TYPE_CHECKING, Any, Sequence
 
 from buffet.pipeline.engine import codec
 from buffet.pipeline.engine.engine import Engine
-from buffet.pipeline.engine.runstore import FileRecord, RunStore, read_block_file, write_block_file
+from buffet.pipeline.engine.runstore import FileRecord, RunStore, check_file, read_block_file, write_block_file
+
+if TYPE_CHECKING:
+    from buffet.pipeline.engine.loop import Position
 
 
 def write_block(value: Any, url: str, storage_options: str) -> FileRecord:
@@ -28,12 +34,18 @@ def read_block(record: FileRecord, storage_options: str) -> Any:
     return codec.from_arrays(read_block_file(record.path, json.loads(storage_options) or None, record))
 
 
+def check_block(record: FileRecord, storage_options: str) -> str | None:
+    """What is wrong with a block file (missing, or not what the manifest says), or None (a worker task)."""
+    return check_file(record, json.loads(storage_options) or None)
+
+
 class Saved:
     """The last checkpoint of a fit: in ``run`` (a run store), or in this process without one."""
 
     def __init__(self, run: RunStore | None, engine: Engine):
         self.run, self.engine = run, engine
-        self.storage_options = json.dumps(getattr(run, "storage_options", None) or {}, sort_keys=True)
+        self.storage_options = json.dumps(run.storage_options if run is not None and run.storage_options else {},
+                                          sort_keys=True)
         self._memory: tuple | None = None
 
     def write(self, driver: Any, step: int, trace: list[dict], seconds: float) -> None:
@@ -50,8 +62,8 @@ class Saved:
         for name, state in engine.states.items():
             urls = engine.generate(str, [(writer.block_url(name, i),) for i in range(state.n)])
             blocks[name] = engine.gather(engine.map(write_block, state, urls, self.storage_options))
-        self.run.commit_checkpoint_v2(writer, step, codec.to_arrays(driver.global_arrays()),
-                                      {"trace": trace, "seconds": seconds}, blocks)
+        self.run.save_checkpoint(writer, step, codec.to_arrays(driver.global_arrays()),
+                                 {"trace": trace, "seconds": seconds}, blocks)
         self._rebase(blocks)
 
     def _rebase(self, blocks: dict[str, list[FileRecord]]) -> None:
@@ -61,6 +73,13 @@ class Saved:
             return
         self.engine.states = {name: self.engine.generate(read_block, [(r, self.storage_options) for r in records])
                               for name, records in blocks.items()}
+
+    def verify(self, records: list[FileRecord]) -> list[str | None]:
+        """What is wrong with each of a checkpoint's block files, or None: checked where the blocks will be
+        read (``RunStore.read_checkpoint``'s ``verify``)."""
+        if not records:
+            return []
+        return self.engine.gather(self.engine.generate(check_block, [(r, self.storage_options) for r in records]))
 
     def restore(self, driver: Any, names: Sequence[str] | None = None) -> "Position":
         """Put the driver and the engine's named states (all, or only ``names``) back to the last
@@ -74,7 +93,7 @@ class Saved:
             engine.states = {name: engine.from_values(values) for name, values in self._memory[4].items()
                              if names is None or name in names}
             return Position(step, trace, seconds)
-        checkpoint = self.run.load_checkpoint_v2()
+        checkpoint = self.run.read_checkpoint(self.verify)
         driver.set_globals(codec.from_arrays(checkpoint.globals))
         engine.states = {name: engine.generate(read_block, [(r, self.storage_options) for r in records])
                          for name, records in checkpoint.blocks.items() if names is None or name in names}

@@ -13,6 +13,7 @@ if TYPE_CHECKING:
     import threadpoolctl
 
 from buffet.data.errors import UserError
+from buffet.data.urls import storage_options
 from buffet.pipeline.engine.messages import logger
 
 # Dask starts workers with MALLOC_TRIM_THRESHOLD_=65536, so every freed temporary above 64 KiB
@@ -32,10 +33,10 @@ DASHBOARD_ADDRESS = "127.0.0.1:0"  # this machine only, a free port: no one else
 def dask_client(workers: int | None = None, scheduler: str | None = None, dashboard: bool = True,
                 quiet: bool = False, worker_kind: str = "processes") -> Iterator["distributed.Client"]:
     """A ``distributed.Client``: on ``scheduler`` if given (or configured: ``configured_scheduler``), else
-    on a new LocalCluster with
-    ``workers`` single-threaded worker processes or, with ``worker_kind="threads"``, one worker of
-    ``workers`` threads inside this process (default: one per core). Prints the dashboard address
-    so a user can watch the tasks."""
+    on a new LocalCluster with ``workers`` single-threaded worker processes or, with
+    ``worker_kind="threads"``, one worker of ``workers`` threads inside this process (default: one per
+    core). Prints the dashboard address so a user can watch the tasks. The workers get this process's
+    storage options (``data.urls``)."""
     from distributed import Client
 
     if worker_kind not in WORKER_KINDS:
@@ -55,6 +56,10 @@ def dask_client(workers: int | None = None, scheduler: str | None = None, dashbo
             cluster = stack.enter_context(local_cluster(workers, worker_kind, dashboard))
             client = Client(cluster)
         stack.callback(client.close)
+        if storage_options():
+            from buffet.pipeline.engine.worker_setup import StorageOptions
+
+            client.register_plugin(StorageOptions(storage_options()))
         if not quiet and client.dashboard_link:
             logger("cluster").info("Dask dashboard: %s", client.dashboard_link)
         yield client
@@ -74,7 +79,9 @@ def local_cluster(workers: int | None, worker_kind: str, dashboard: bool) -> "di
     import dask
     from distributed import LocalCluster
 
-    common = {"dashboard_address": DASHBOARD_ADDRESS if dashboard else None, "silence_logs": logging.ERROR}
+    # A failed task reaches the client, which reports it in one line (its traceback with --debug); the
+    # workers' own "Compute Failed" log of it would print that traceback on every failure.
+    common = {"dashboard_address": DASHBOARD_ADDRESS if dashboard else None, "silence_logs": logging.CRITICAL}
     if worker_kind == "threads":
         return LocalCluster(n_workers=1, threads_per_worker=workers or os.cpu_count() or 1, processes=False,
                             **common)

@@ -13,7 +13,6 @@ from __future__ import annotations
 import functools
 import json
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any, Sequence
 
 import numpy as np
@@ -21,8 +20,47 @@ import scipy.sparse as sp
 
 from buffet.data.splits import EntrySample
 from buffet.data.store import CSRRows, Dataset, DenseRows
-from buffet.pipeline.engine.blocks import MemoryRows, kept_rows
+from buffet.data.urls import normalise
 from buffet.pipeline.engine.engine import BlockSet, Engine
+
+
+class MemoryRows:
+    """An in-memory CSR matrix or dense array (+ mask) with the dataset's ``read_rows``."""
+
+    def __init__(self, X: Any, mask: np.ndarray | None = None):
+        self.sparse = sp.issparse(X)
+        self.X = sp.csr_matrix(X, dtype=np.float64) if self.sparse else np.asarray(X, dtype=np.float64)
+        self.mask = mask
+        self.shape = self.X.shape
+        self.n_rows, self.n_cols = self.shape
+        self.layout = "csr" if self.sparse else "dense"
+
+    def __str__(self) -> str:
+        return f"in-memory {'sparse' if self.sparse else 'dense'} matrix {self.n_rows} x {self.n_cols}"
+
+    def split_names(self) -> list[str]:
+        """In-memory rows carry no stored splits (a dataset store's ``split_names``)."""
+        return []
+
+    def read_rows(self, r0: int, r1: int) -> CSRRows | DenseRows:
+        """Rows [r0, r1) as the kernels take them."""
+        if self.sparse:
+            m = self.X[r0:r1]
+            return CSRRows(m.indptr.astype(np.int64), m.indices.astype(np.int32), m.data, self.n_cols)
+        return DenseRows(self.X[r0:r1], None if self.mask is None else self.mask[r0:r1])
+
+
+def row_ranges(n_rows: int, rows_per_block: int) -> list[tuple[int, int]]:
+    """The row blocks [r, r + rows_per_block) of ``n_rows`` rows (the last may be short)."""
+    return [(r, min(r + rows_per_block, n_rows)) for r in range(0, n_rows, rows_per_block)]
+
+
+def kept_rows(r0: int, r1: int, held_out: np.ndarray) -> np.ndarray:
+    """Local indices of rows in [r0, r1) that are not held out (``held_out`` sorted)."""
+    lo, hi = np.searchsorted(held_out, [r0, r1])
+    keep = np.ones(r1 - r0, dtype=bool)
+    keep[held_out[lo:hi] - r0] = False
+    return np.flatnonzero(keep)
 
 
 @dataclass(frozen=True)
@@ -67,8 +105,8 @@ def source_of(data: str | MemoryRows | Source, storage_options: dict | None = No
         return data
     if isinstance(data, MemoryRows):
         return Source(memory=data)
-    url = str(data) if "://" in str(data) else str(Path(data).resolve())  # resolved here, never on a worker
-    return Source(url=url, storage_options=json.dumps(storage_options or {}, sort_keys=True))
+    # made absolute here, never on a worker (``data.urls.normalise``)
+    return Source(url=normalise(data), storage_options=json.dumps(storage_options or {}, sort_keys=True))
 
 
 # ----- count data (CSR) -----

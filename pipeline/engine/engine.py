@@ -19,7 +19,7 @@ Two backends run the same driver code:
 * in this process (no client): the same operations run at once on plain values. It is the engine of the
   in-memory fits (estimators, experiments, tests) and gives the same numbers.
 
-Lost workers surface as ``ClusterFailure`` (the fit loop's recovery, ``engine.fitloop``); when no worker
+Lost workers surface as ``ClusterFailure`` (the fit loop's recovery, ``engine.loop``); when no worker
 is left for ``worker_timeout`` seconds a ``ClusterLostError`` ends the fit with one line.
 """
 
@@ -29,7 +29,7 @@ import itertools
 import time
 import uuid
 import weakref
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
 import numpy as np

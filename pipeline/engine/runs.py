@@ -48,11 +48,11 @@ def register(name: str, spec: ModelSpec) -> None:
 
 
 def models() -> dict[str, ModelSpec]:
-    """Every registered model; the modules of ``REGISTRY_PACKAGE`` are imported on first use."""
-    if not MODELS:
-        package = importlib.import_module(REGISTRY_PACKAGE)
-        for module in pkgutil.iter_modules(package.__path__, f"{REGISTRY_PACKAGE}."):
-            importlib.import_module(module.name)
+    """Every registered model: every module of ``REGISTRY_PACKAGE`` is imported (a no-op once imported), so
+    the answer is whole even when some module was imported before, directly."""
+    package = importlib.import_module(REGISTRY_PACKAGE)
+    for module in pkgutil.iter_modules(package.__path__, f"{REGISTRY_PACKAGE}."):
+        importlib.import_module(module.name)
     return MODELS
 
 
@@ -82,7 +82,7 @@ def settle_config(spec: ModelSpec, config: Any, source: Source, engine: Engine) 
 
 def run_source(run: RunStore) -> Source:
     """The data of a run, as its workers read it."""
-    return source_of(run.meta["dataset"], getattr(run, "storage_options", None))
+    return source_of(run.meta["dataset"], run.storage_options)
 
 
 def fit_run(model: str, source: Source, out: str, config: Any, engine: Engine, overwrite: bool = False,
@@ -114,10 +114,12 @@ def _fit(spec: ModelSpec, run: RunStore, config: Any, engine: Engine, stop_after
 
 
 def resume_run(path: str, engine: Engine, quiet: bool = False) -> RunStore:
-    """Continue a run from its newest checkpoint; a finished run is left as it is. A run stopped before
-    its first checkpoint starts again (choosing its settings again if it had not recorded the choice)."""
+    """Continue a run from its newest readable checkpoint; a finished run is left as it is, unless its final
+    checkpoint is unreadable (then it continues from the one before). A run stopped before its first
+    checkpoint starts again (choosing its settings again if it had not recorded the choice)."""
     run = RunStore(path)
-    if run.status == "finished":
+    saved = Saved(run, engine)
+    if run.status == "finished" and run.final_checkpoint_readable(saved.verify):
         return run
     spec = spec_for(run.model)
     config = config_from(spec, run.params)
@@ -125,7 +127,7 @@ def resume_run(path: str, engine: Engine, quiet: bool = False) -> RunStore:
     if not run.has_checkpoint():
         return _fit(spec, run, config, engine, None, quiet, choose=run.selection is None)
     driver = spec.make_driver(config, run_source(run), engine)
-    position = Saved(run, engine).restore(driver)
+    position = saved.restore(driver)
     run_loop(driver, run, position, config.checkpoint_every, None, quiet)
     return run
 

@@ -1,41 +1,47 @@
-"""The run store: a folder holding a fit's parameters, checkpoints, trace and results (SPEC 2).
+"""The run store: a folder holding a fit's parameters, checkpoints, trace and results (SPEC 2), on a local
+path or any URL fsspec reaches (issue #11 items 3-4).
 
 Layout::
 
-    RUN/run.json            model name, dataset path, parameters, status
-    RUN/checkpoint.json     pointer to the newest complete checkpoint (replaced atomically)
-    RUN/ckpt-NNNNNNNN/      globals.npz, state.json (step, trace, driver state),
-                            locals.zarr (row-local state, written by the workers)
+    RUN/run.json                    model, dataset location, parameters, status (each write replaces it
+                                    whole: a temporary file renamed on disk, one PUT on an object store)
+    RUN/ckpt-SSSSSSSS-TOKEN/        one checkpoint of step S, under a new name every time
+        globals.npz                 the client-side arrays
+        state.json                  step, trace and seconds (``engine.checkpoints``)
+        blocks/NAME/IIIIII.npz      block I of the named state NAME (``engine.keep``), written by the worker
+                                    that holds the block (``write_block_file``)
+        manifest.json               written last: every file above with its size and CRC-32, and the blocks
 
-A checkpoint folder is complete before the pointer names it, and the previous one is removed
-only after the pointer moved, so a run killed at any moment resumes from a whole checkpoint.
+Nothing is overwritten in place and there is no rename, so this holds on object stores. A reader trusts
+only what a manifest names: a folder without a manifest was cut short and is not a checkpoint; one whose
+files do not match its manifest is skipped, with a warning, for the one before it. After each commit
+all but the two newest complete checkpoints are removed.
 """
 
 from __future__ import annotations
 
 import io
 import json
-import os
-import shutil
+import posixpath
+import time
 import uuid
 import zlib
 from dataclasses import dataclass
-from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
-import zarr
 
 from buffet.data.errors import StoreError, UserError
 from buffet.data.store import check_format
+from buffet.data.urls import Location, exists, filesystem, join, normalise, read_bytes, remove, write_bytes
+from buffet.pipeline.engine.messages import logger
 
-RUN_FORMAT = 1
+RUN_FORMAT = 2  # 2: checkpoints under new names with a manifest written last (issue #11)
+MANIFEST = "manifest.json"
+CHECKPOINT_FORMAT = 1
+KEEP = 2  # complete checkpoints kept after a commit
 
-
-def _write_json_atomic(path: Path, value: Any) -> None:
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(json.dumps(value, indent=1, default=_json_default))
-    os.replace(tmp, path)
+log = logger("runs")
 
 
 def _json_default(value: Any) -> Any:
@@ -46,41 +52,158 @@ def _json_default(value: Any) -> Any:
     raise TypeError(f"cannot store {type(value).__name__} in JSON")
 
 
-class RunStore:
-    """A run folder opened for reading and writing checkpoints."""
+def _json_bytes(value: Any) -> bytes:
+    return json.dumps(value, indent=1, default=_json_default).encode("utf-8")
 
-    def __init__(self, path: str | os.PathLike):
-        self.path = Path(path)
-        meta = self.path / "run.json"
-        if not meta.exists():
-            raise StoreError(f"{self.path}: not a buffet run (no run.json)")
-        try:
-            self.meta = json.loads(meta.read_text())
-        except json.JSONDecodeError as exc:
-            raise StoreError(f"{meta}: corrupt run description ({exc})") from None
-        check_format(self.meta.get("buffet_run"), RUN_FORMAT, str(self.path), "run")
+
+@dataclass(frozen=True)
+class FileRecord:
+    """A file of a checkpoint: its location, size in bytes and CRC-32 (what the manifest keeps)."""
+
+    path: str
+    size: int
+    crc32: int
 
     @classmethod
-    def create(cls, path: str | os.PathLike, model: str, dataset: str | None, params: dict,
-               overwrite: bool = False) -> "RunStore":
+    def of(cls, path: str, data: bytes) -> "FileRecord":
+        """The record of ``data`` written at ``path``."""
+        return cls(path, len(data), zlib.crc32(data))
+
+    def mismatch(self, data: bytes) -> str | None:
+        """What differs between ``data`` and this record, or None."""
+        if len(data) != self.size:
+            return f"{len(data)} bytes where the manifest says {self.size}"
+        if zlib.crc32(data) != self.crc32:
+            return "its checksum differs from the manifest's"
+        return None
+
+
+@dataclass
+class Checkpoint:
+    """A checkpoint read back: its step, client-side arrays, state, per-block files and folder."""
+
+    step: int
+    globals: dict[str, np.ndarray]
+    state: dict
+    blocks: dict[str, list[FileRecord]]
+    url: str
+
+
+def encode_arrays(arrays: dict[str, np.ndarray]) -> bytes:
+    """Arrays as the bytes of an ``.npz`` file (no pickled objects)."""
+    buffer = io.BytesIO()
+    np.savez(buffer, **arrays)
+    return buffer.getvalue()
+
+
+def decode_arrays(data: bytes, where: str) -> dict[str, np.ndarray]:
+    """The arrays of ``.npz`` bytes; unreadable bytes are a ``StoreError`` naming ``where``."""
+    try:
+        with np.load(io.BytesIO(data), allow_pickle=False) as npz:
+            return {k: npz[k] for k in npz.files}
+    except (OSError, ValueError, EOFError, zlib.error) as exc:
+        raise StoreError(f"{where}: not a readable .npz file ({exc})") from None
+
+
+def write_block_file(url: str, arrays: dict[str, np.ndarray],
+                     storage_options: dict[str, Any] | None = None) -> FileRecord:
+    """Write one block's arrays to ``url`` (``CheckpointWriter.block_url``): the worker holding the block
+    calls this. Returns the record the client puts in the manifest."""
+    data = encode_arrays(arrays)
+    write_bytes(url, data, storage_options)
+    return FileRecord.of(url, data)
+
+
+def read_block_file(url: str, storage_options: dict[str, Any] | None = None,
+                    expected: FileRecord | None = None) -> dict[str, np.ndarray]:
+    """One block's arrays, checked against ``expected`` (from the manifest) when given."""
+    try:
+        data = read_bytes(url, storage_options)
+    except FileNotFoundError:
+        raise StoreError(f"{url}: checkpoint file is missing") from None
+    problem = expected.mismatch(data) if expected is not None else None
+    if problem:
+        raise StoreError(f"{url}: checkpoint file is damaged ({problem})")
+    return decode_arrays(data, url)
+
+
+def check_file(record: FileRecord, storage_options: dict[str, Any] | None = None) -> str | None:
+    """What is wrong with a checkpoint file (missing, or not what the manifest says), or None."""
+    try:
+        data = read_bytes(record.path, storage_options)
+    except FileNotFoundError:
+        return "missing"
+    return record.mismatch(data)
+
+
+class CheckpointWriter:
+    """A checkpoint being written: a new folder ``ckpt-{step:08d}-{token}`` (names sort by step, then by
+    time of writing) that no earlier checkpoint used."""
+
+    def __init__(self, run_url: str, step: int):
+        self.step = step
+        self.name = f"ckpt-{step:08d}-{time.time_ns():016x}{uuid.uuid4().hex[:6]}"
+        self.url = join(run_url, self.name)
+
+    def block_url(self, name: str, index: int) -> str:
+        """Where the worker holding block ``index`` of the named state writes it (``write_block_file``)."""
+        return join(self.url, "blocks", name, f"{index:06d}.npz")
+
+    def relative(self, record: FileRecord) -> str:
+        """A file's path within this checkpoint's folder (as the manifest names it)."""
+        prefix = self.url + "/"
+        if not record.path.startswith(prefix):
+            raise ValueError(f"{record.path} is not in the checkpoint folder {self.url}")
+        return record.path[len(prefix):]
+
+
+class Unreadable(Exception):
+    """A checkpoint that cannot be used, with the reason."""
+
+
+Verifier = Callable[[list[FileRecord]], list[str | None]]
+
+
+class RunStore:
+    """A run folder (a local path or a URL) opened for reading and writing checkpoints."""
+
+    def __init__(self, location: Location, storage_options: dict[str, Any] | None = None):
+        self.path = normalise(location)
+        self.storage_options = storage_options
+        try:
+            raw = read_bytes(join(self.path, "run.json"), storage_options)
+        except FileNotFoundError:
+            raise StoreError(f"{self.path}: not a buffet run (no run.json)") from None
+        try:
+            self.meta = json.loads(raw)
+        except (ValueError, UnicodeDecodeError) as exc:
+            raise StoreError(f"{self.path}/run.json: corrupt run description ({exc})") from None
+        if not isinstance(self.meta, dict):
+            raise StoreError(f"{self.path}/run.json: corrupt run description (not a JSON object)")
+        check_format(self.meta.get("buffet_run"), RUN_FORMAT, self.path, "run",
+                     "its checkpoints are in an old layout; fit it again with `buffet fit ... --overwrite`")
+        self._current: int | None = None  # step of the checkpoint this object last read or committed
+        self._unreadable: set[str] = set()  # checkpoint folders found unreadable (removed at the next commit)
+
+    @classmethod
+    def create(cls, location: Location, model: str, dataset: str | None, params: dict, overwrite: bool = False,
+               storage_options: dict[str, Any] | None = None) -> "RunStore":
         """A new run folder; an existing run is kept unless ``overwrite`` (then replaced whole)."""
-        path = Path(path)
-        cls.check_new(path, overwrite)
-        if path.exists():
-            shutil.rmtree(path)
-        path.mkdir(parents=True)
-        _write_json_atomic(path / "run.json", {"buffet_run": RUN_FORMAT, "model": model,
-                                               "dataset": dataset, "params": params,
-                                               "status": "running"})
-        return cls(path)
+        path = normalise(location)
+        cls.check_new(path, overwrite, storage_options)
+        remove(path, storage_options)
+        write_bytes(join(path, "run.json"), _json_bytes({"buffet_run": RUN_FORMAT, "model": model, "dataset": dataset,
+                                                         "params": params, "status": "running"}), storage_options)
+        return cls(path, storage_options)
 
     @staticmethod
-    def check_new(path: Path, overwrite: bool) -> None:
+    def check_new(location: Location, overwrite: bool, storage_options: dict[str, Any] | None = None) -> None:
         """Refuse to create a run where one exists (unless ``overwrite``) or where other files are."""
-        if path.exists():
+        path = normalise(location)
+        if exists(path, storage_options):
             if not overwrite:
                 raise UserError(f"{path} already exists (pass --overwrite to replace it, or `buffet resume`)")
-            if not (path / "run.json").exists():
+            if not exists(join(path, "run.json"), storage_options):
                 raise UserError(f"{path} exists and is not a buffet run; refusing to replace it")
 
     @property
@@ -93,140 +216,186 @@ class RunStore:
 
     @property
     def status(self) -> str:
-        return self.meta["status"]
+        """The run's status as run.json records it, except that a run recorded as finished whose final
+        checkpoint could not be read (an older one was read instead) is "interrupted": resuming it
+        replays the steps since the checkpoint that was read."""
+        status = self.meta["status"]
+        final = self.meta.get("final_step")
+        if status == "finished" and final is not None and self._current is not None and self._current != final:
+            return "interrupted"
+        return status
 
     def set_status(self, status: str) -> None:
+        """Record the status; "finished" also records the step of the checkpoint this object last committed
+        (or read)."""
         self.meta["status"] = status
-        _write_json_atomic(self.path / "run.json", self.meta)
+        if status == "finished" and self._current is not None:
+            self.meta["final_step"] = self._current
+        self._write_meta()
 
     def record_selection(self, selection: dict, params: dict) -> None:
         """Keep the record of settings chosen on validation (``engine.selection``) and make the chosen
         config the run's parameters."""
         self.meta["selection"] = selection
         self.meta["params"] = params
-        _write_json_atomic(self.path / "run.json", self.meta)
+        self._write_meta()
 
     @property
     def selection(self) -> dict | None:
         """The record of settings chosen on validation entries, or None."""
         return self.meta.get("selection")
 
-    def new_checkpoint_dir(self, step: int) -> Path:
-        """An empty folder for checkpoint ``step`` (removed first if a killed run left one)."""
-        folder = self.path / f"ckpt-{step:08d}"
-        shutil.rmtree(folder, ignore_errors=True)
-        folder.mkdir()
-        return folder
+    def _write_meta(self) -> None:
+        write_bytes(join(self.path, "run.json"), _json_bytes(self.meta), self.storage_options)
 
-    def locals_array(self, folder: Path, name: str, shape: tuple[int, ...], chunks: tuple[int, ...]) -> str:
-        """Create an array for row-local state in a checkpoint; workers fill their own chunks."""
-        group = zarr.open_group(str(folder / "locals.zarr"), mode="a")
-        group.create_array(name, shape=shape, chunks=chunks, dtype=np.float64, fill_value=0.0)
-        return str(folder / "locals.zarr")
+    def final_checkpoint_readable(self, verify: Verifier | None = None) -> bool:
+        """For a run recorded as finished: whether its final checkpoint is the newest readable one (block files
+        checked by ``verify``, as in ``read_checkpoint``). If it is not, say so, record the run as interrupted
+        and return False (resuming replays the lost steps). No readable checkpoint at all is a ``StoreError``."""
+        self.read_checkpoint(verify)
+        if self.status == "finished":
+            return True
+        log.warning("%s: the run was recorded as finished, but its final checkpoint (step %s) is unreadable; "
+                    "it continues from step %d", self.path, self.meta.get("final_step"), self._current)
+        self.set_status("interrupted")
+        return False
 
-    def commit_checkpoint(self, folder: Path, step: int, arrays: dict[str, np.ndarray], state: dict) -> None:
-        """Write globals and state into ``folder``, point to it, then drop older checkpoints."""
-        np.savez(folder / "globals.npz", **arrays)
-        _write_json_atomic(folder / "state.json", {"step": step, **state})
-        _write_json_atomic(self.path / "checkpoint.json", {"folder": folder.name, "step": step})
-        for old in self.path.glob("ckpt-*"):
-            if old != folder:
-                shutil.rmtree(old, ignore_errors=True)
+    # ----- checkpoints -----
+    def begin_checkpoint(self, step: int) -> CheckpointWriter:
+        """A new checkpoint folder for ``step`` (never one used before); commit it with ``save_checkpoint``."""
+        return CheckpointWriter(self.path, step)
+
+    def save_checkpoint(self, writer: CheckpointWriter, step: int, globals: dict[str, np.ndarray], state: dict,
+                        blocks: dict[str, list[FileRecord]]) -> None:
+        """Write ``globals`` (globals.npz) and ``state`` (state.json, with the step) into the writer's folder,
+        then the manifest naming them and every block file of ``blocks`` (name -> records in block order, as
+        the workers' ``write_block_file`` returned them); then remove all but the two newest complete
+        checkpoints."""
+        if step != writer.step:
+            raise ValueError(f"checkpoint folder {writer.name} is for step {writer.step}, not {step}")
+        records: dict[str, FileRecord] = {}
+        written = (("globals.npz", encode_arrays(globals)), ("state.json", _json_bytes({"step": step, **state})))
+        for name, data in written:
+            url = join(writer.url, name)
+            write_bytes(url, data, self.storage_options)
+            records[name] = FileRecord.of(url, data)
+        block_names = {name: [writer.relative(r) for r in recs] for name, recs in blocks.items()}
+        for record in [r for recs in blocks.values() for r in recs]:
+            records[writer.relative(record)] = record
+        content = {"step": step, "files": {k: [r.size, r.crc32] for k, r in records.items()}, "blocks": block_names}
+        body = json.dumps(content, sort_keys=True)
+        manifest = {"buffet_checkpoint": CHECKPOINT_FORMAT, "crc32": zlib.crc32(body.encode("utf-8")), "content": body}
+        write_bytes(join(writer.url, MANIFEST), _json_bytes(manifest), self.storage_options)
+        self._current = step
+        self._prune(writer.name)
+
+    def newest_step(self) -> int | None:
+        """The step of the newest checkpoint with a well-formed manifest (its files are not checked), or None."""
+        for name in reversed(self._folders()):
+            try:
+                return self._manifest(join(self.path, name))[0]
+            except Unreadable:
+                continue
+        return None
 
     def has_checkpoint(self) -> bool:
-        return (self.path / "checkpoint.json").exists()
+        """Whether any checkpoint folder has a manifest (it may still turn out unreadable)."""
+        return any(exists(join(self.path, name, MANIFEST), self.storage_options) for name in self._folders())
 
-    def load_checkpoint(self) -> tuple[dict[str, np.ndarray], dict, Path]:
-        """The newest complete checkpoint: (globals, state, folder)."""
-        if not self.has_checkpoint():
+    def read_checkpoint(self, verify: Verifier | None = None) -> Checkpoint:
+        """The newest checkpoint whose manifest and files verify. ``verify`` checks the files other than
+        globals.npz and state.json (block files and the like) and returns a problem or None for each
+        (default: ``check_file`` on this process; an engine may check them on its workers instead).
+        A newer checkpoint that is unreadable or cut short is skipped with a warning; if every
+        checkpoint is unreadable, a ``StoreError`` says so."""
+        verify = verify or (lambda records: [check_file(r, self.storage_options) for r in records])
+        skipped: list[tuple[str, str]] = []
+        for name in reversed(self._folders()):
+            try:
+                checkpoint = self._read(name, verify)
+            except Unreadable as why:
+                skipped.append((name, str(why)))
+                continue
+            for bad, why in skipped:
+                log.warning("%s: checkpoint %s is unreadable (%s); falling back to the checkpoint of step %d",
+                            self.path, bad, why, checkpoint.step)
+            self._unreadable.update(bad for bad, _ in skipped)
+            self._current = checkpoint.step
+            return checkpoint
+        broken = [(name, why) for name, why in skipped if not why.startswith("no manifest")]
+        if not broken:
             raise StoreError(f"{self.path}: the run has no checkpoint yet (nothing to resume or read)")
-        pointer = json.loads((self.path / "checkpoint.json").read_text())
-        folder = self.path / pointer["folder"]
+        reasons = "; ".join(f"{name}: {why}" for name, why in broken)
+        raise StoreError(f"{self.path}: all {len(broken)} checkpoints are unreadable ({reasons}); "
+                         "fit the run again with `buffet fit ... --overwrite`")
+
+    def _folders(self) -> list[str]:
+        """Names of the checkpoint folders, oldest first."""
+        fs, root = filesystem(self.path, self.storage_options)
+        fs.invalidate_cache(root)
         try:
-            with np.load(folder / "globals.npz") as npz:
-                arrays = {k: npz[k] for k in npz.files}
-            state = json.loads((folder / "state.json").read_text())
-        except (OSError, ValueError) as exc:
-            raise StoreError(f"{folder}: unreadable checkpoint ({exc})") from None
-        return arrays, state, folder
+            entries = fs.ls(root, detail=False)
+        except FileNotFoundError:
+            return []
+        return sorted(n for n in (posixpath.basename(e.rstrip("/")) for e in entries) if n.startswith("ckpt-"))
 
+    def _read(self, name: str, verify: Verifier) -> Checkpoint:
+        """The checkpoint in folder ``name``, verified against its manifest, or ``Unreadable``."""
+        url = join(self.path, name)
+        step, files, blocks = self._manifest(url)
+        loaded = {}
+        for key in ("globals.npz", "state.json"):
+            if key not in files:
+                raise Unreadable(f"its manifest does not name {key}")
+            try:
+                data = read_bytes(files[key].path, self.storage_options)
+            except FileNotFoundError:
+                raise Unreadable(f"{key} is missing") from None
+            problem = files[key].mismatch(data)
+            if problem:
+                raise Unreadable(f"{key}: {problem}")
+            loaded[key] = data
+        try:
+            arrays = decode_arrays(loaded["globals.npz"], url)
+            state = json.loads(loaded["state.json"])
+        except (StoreError, ValueError, UnicodeDecodeError) as exc:
+            raise Unreadable(f"unreadable content ({exc})") from None
+        others = [r for key, r in files.items() if key not in loaded]
+        for record, problem in zip(others, verify(others)):
+            if problem:
+                raise Unreadable(f"{record.path[len(url) + 1:]}: {problem}")
+        return Checkpoint(step, arrays, state, {k: [files[p] for p in v] for k, v in blocks.items()}, url)
 
-# ----- provisional v2 checkpoint API (local paths; replaced by the storage branch) -----
+    def _manifest(self, url: str) -> tuple[int, dict[str, FileRecord], dict[str, list[str]]]:
+        """Step, file records and block lists of the manifest of the checkpoint folder ``url``."""
+        try:
+            manifest = json.loads(read_bytes(join(url, MANIFEST), self.storage_options))
+        except FileNotFoundError:
+            raise Unreadable("no manifest: it was cut short while being written") from None
+        except (ValueError, UnicodeDecodeError):
+            raise Unreadable("its manifest is not valid JSON") from None
+        try:
+            body = manifest["content"]
+            if zlib.crc32(body.encode("utf-8")) != manifest["crc32"]:
+                raise Unreadable("its manifest fails its checksum")
+            content = json.loads(body)
+            files = {key: FileRecord(join(url, key), int(size), int(crc))
+                     for key, (size, crc) in content["files"].items()}
+            blocks = {name: list(paths) for name, paths in content["blocks"].items()}
+            if any(p not in files for paths in blocks.values() for p in paths):
+                raise Unreadable("its manifest names a block file it does not record")
+            return int(content["step"]), files, blocks
+        except (KeyError, TypeError, ValueError, AttributeError):
+            raise Unreadable("its manifest is malformed") from None
 
-@dataclass(frozen=True)
-class FileRecord:
-    """A file a checkpoint holds: where, how long, its crc32."""
-
-    path: str
-    size: int
-    crc32: int
-
-
-@dataclass(frozen=True)
-class CheckpointWriter:
-    """A new checkpoint folder being written."""
-
-    url: str
-    step: int
-
-    def block_url(self, name: str, index: int) -> str:
-        return f"{self.url}/{name}/{index:06d}.npz"
-
-
-@dataclass(frozen=True)
-class Checkpoint:
-    step: int
-    globals: dict
-    state: dict
-    blocks: dict
-    url: str
-
-
-def write_block_file(url: str, arrays: dict, storage_options: dict | None = None) -> FileRecord:
-    buffer = io.BytesIO()
-    np.savez(buffer, **arrays)
-    data = buffer.getvalue()
-    Path(url).parent.mkdir(parents=True, exist_ok=True)
-    Path(url).write_bytes(data)
-    return FileRecord(url, len(data), zlib.crc32(data))
-
-
-def read_block_file(url: str, storage_options: dict | None = None, expected: FileRecord | None = None) -> dict:
-    data = Path(url).read_bytes()
-    if expected is not None and (len(data) != expected.size or zlib.crc32(data) != expected.crc32):
-        raise StoreError(f"{url}: checkpoint file is corrupt")
-    with np.load(io.BytesIO(data), allow_pickle=False) as npz:
-        return {k: npz[k] for k in npz.files}
-
-
-def _begin_checkpoint(self, step: int) -> CheckpointWriter:
-    folder = self.path / f"ckpt-{step:08d}-{uuid.uuid4().hex[:8]}"
-    folder.mkdir()
-    return CheckpointWriter(str(folder), step)
-
-
-def _commit_checkpoint_v2(self, writer: CheckpointWriter, step: int, globals: dict, state: dict,
-                          blocks: dict) -> None:
-    record = write_block_file(f"{writer.url}/globals.npz", globals)
-    manifest = {"step": step, "state": state, "globals": record.__dict__,
-                "blocks": {k: [r.__dict__ for r in v] for k, v in blocks.items()}}
-    _write_json_atomic(Path(writer.url) / "MANIFEST.json", manifest)
-    _write_json_atomic(self.path / "checkpoint.json", {"folder": Path(writer.url).name, "step": step})
-    for old in self.path.glob("ckpt-*"):
-        if str(old) != writer.url:
-            shutil.rmtree(old, ignore_errors=True)
-
-
-def _load_checkpoint_v2(self) -> Checkpoint:
-    if not self.has_checkpoint():
-        raise StoreError(f"{self.path}: the run has no checkpoint yet (nothing to resume or read)")
-    folder = self.path / json.loads((self.path / "checkpoint.json").read_text())["folder"]
-    manifest = json.loads((folder / "MANIFEST.json").read_text())
-    globals_ = read_block_file(str(folder / "globals.npz"), None, FileRecord(**manifest["globals"]))
-    blocks = {k: [FileRecord(**r) for r in v] for k, v in manifest["blocks"].items()}
-    return Checkpoint(manifest["step"], globals_, manifest["state"], blocks, str(folder))
-
-
-RunStore.begin_checkpoint = _begin_checkpoint
-RunStore.commit_checkpoint_v2 = _commit_checkpoint_v2
-RunStore.load_checkpoint_v2 = _load_checkpoint_v2
+    def _prune(self, current: str) -> None:
+        """Remove the checkpoint folders older than ``current`` except the newest complete one, so two remain,
+        and those found unreadable (a fallback leaves a damaged one that sorts after ``current``)."""
+        names = self._folders()
+        older = [n for n in names if n < current and n not in self._unreadable]
+        complete = [n for n in older if exists(join(self.path, n, MANIFEST), self.storage_options)]
+        keep = set(complete[-(KEEP - 1):]) | {current}
+        for name in names:
+            if name not in keep and (name < current or name in self._unreadable):
+                remove(join(self.path, name), self.storage_options)
+        self._unreadable.clear()

@@ -27,9 +27,9 @@ import numpy as np
 
 from buffet.data.arrays import from_array
 from buffet.data.errors import InputError, StoreError, UserError
+from buffet.data.urls import join, normalise
 from buffet.kernels.bmf import RowStreams
-from buffet.pipeline.engine.blocks import MemoryRows
-from buffet.pipeline.engine.dataset import Source, source_of
+from buffet.pipeline.engine.dataset import MemoryRows, Source, source_of
 from buffet.pipeline.engine.engine import Engine
 from buffet.pipeline.engine.loop import Driver, Position, run_loop
 from buffet.pipeline.engine.runs import settle_config, spec_for
@@ -220,7 +220,7 @@ class Estimator:
             return source_of(data.source), None
         if isinstance(data.source, str):
             return source_of(data.source), RunStore.create(run_dir, self.model_name, data.source, asdict(config))
-        store = str(Path(run_dir).resolve() / "data.zarr")
+        store = join(normalise(run_dir), "data.zarr")
         run = RunStore.create(run_dir, self.model_name, store, asdict(config))
         rows = data.source
         from_array(rows.X, store, _store_kind(rows, self.input_kind), mask=rows.mask)

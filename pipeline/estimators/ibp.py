@@ -20,8 +20,7 @@ from buffet.data.errors import InputError
 from buffet.kernels import bmf
 from buffet.kernels.gibbs_noisy_or import NoisyORObservation
 from buffet.kernels.pf_noisy_or import NoisyORParams
-from buffet.pipeline.engine.blocks import MemoryRows
-from buffet.pipeline.engine.dataset import Source, source_of
+from buffet.pipeline.engine.dataset import MemoryRows, Source, source_of
 from buffet.pipeline.engine.engine import Engine
 from buffet.pipeline.engine.loop import Position
 from buffet.pipeline.engine.runstore import RunStore

@@ -19,7 +19,7 @@ import scipy.sparse as sp
 
 from buffet.data.errors import InputError
 from buffet.data.store import Dataset, check_values
-from buffet.pipeline.engine.blocks import MemoryRows
+from buffet.pipeline.engine.dataset import MemoryRows
 
 COUNTS, DENSE = "counts", "dense"
 
@@ -43,9 +43,9 @@ def _computed(X):
 
 def _store_path(X) -> str | None:
     if isinstance(X, Dataset):
-        return str(X.path.resolve())
+        return X.path
     if isinstance(X, (str, os.PathLike)):
-        return str(Dataset(X).path.resolve())   # a missing or corrupt store fails here
+        return Dataset(X).path   # a missing or corrupt store fails here
     return None
 
 

@@ -19,8 +19,7 @@ import scipy.sparse as sp
 
 from buffet.kernels import bnmf, cnmf
 from buffet.kernels.bnmf import top_words, topic_word
-from buffet.pipeline.engine.blocks import MemoryRows, row_ranges
-from buffet.pipeline.engine.dataset import Source, count_blocks, source_of
+from buffet.pipeline.engine.dataset import MemoryRows, Source, count_blocks, row_ranges, source_of
 from buffet.pipeline.engine.engine import Engine
 from buffet.pipeline.engine.runstore import RunStore
 from buffet.pipeline.engine.seeds import stream

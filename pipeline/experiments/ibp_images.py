@@ -21,7 +21,7 @@ import numpy as np
 
 from buffet.kernels import imf
 from buffet.data.ibp_images import make_images
-from buffet.pipeline.engine.blocks import MemoryRows
+from buffet.pipeline.engine.dataset import MemoryRows
 from buffet.pipeline.experiments import registry as reproduce
 from buffet.pipeline.models.imf import IMFConfig, INMFConfig, fit_to_end
 from buffet.pipeline.reports.plots import new_figure, save_figure

@@ -38,8 +38,7 @@ from buffet.data.ibp_images import make_images
 from buffet.data.ibp_synthetic import image_data, noisy_or_data
 from buffet.kernels.metrics import base_error, zzt_error
 from buffet.pipeline.experiments import registry as reproduce
-from buffet.pipeline.engine.blocks import MemoryRows
-from buffet.pipeline.engine.dataset import source_of
+from buffet.pipeline.engine.dataset import MemoryRows, source_of
 from buffet.pipeline.engine.engine import Engine
 from buffet.pipeline.models.gibbs import GibbsDriver, LGGibbsConfig, NoisyORGibbsConfig
 from buffet.pipeline.models.imf import IMFConfig, INMFConfig, fit_to_end

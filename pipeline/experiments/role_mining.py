@@ -1,9 +1,10 @@
 """``buffet reproduce role-mining``: paper 000 table 1 (SPEC 4 role mining; paper 000 section 4.3).
 
-Data: the HP Labs Domino and Firewall user-permission files (``datasets/rolemining/``), ingested with
-the product's pair ingest and transposed so that permissions are rows. Per random split (one per seed):
-20% of all entries (ones and zeros) are held out; every method is fitted on the other 80% and scored
-by the AUC of its scores on the held-out entries.
+Data: the HP Labs Domino and Firewall user-permission files that ship with the package
+(``buffet.data.bundled``, folder ``data/datasets/rolemining/``), ingested with the product's pair
+ingest and transposed so that permissions are rows. Per random split (one per seed): 20% of all
+entries (ones and zeros) are held out; every method is fitted on the other 80% and scored by the AUC
+of its scores on the held-out entries.
 
 Choices are made on validation parts of the TRAINING entries, never on held-out entries, and the
 chosen setting is then refitted on all training entries. The K (1..20) of every baseline is chosen
@@ -17,14 +18,13 @@ imputation, masked NMF, popularity (row rate + column rate) and popularity + SVD
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator, Sequence
 
 import numpy as np
 
-from buffet.data.errors import UserError
+from buffet.data.bundled import rolemining_path
 from buffet.data.pairs import ingest_pairs
 from buffet.data.splits import holdout_entries
 from buffet.kernels import baselines
@@ -36,20 +36,6 @@ from buffet.pipeline.experiments.common import (choose_k, chosen_caps, engine_la
                                                 mean_std, method_family, nmf_path, offsets_chosen, write_csv,
                                                 write_markdown, write_store)
 
-ROLEMINING_PLACES = (Path("shared") / "datasets" / "rolemining", Path("..") / "shared" / "datasets" / "rolemining",
-                     Path(__file__).resolve().parents[2] / "shared" / "datasets" / "rolemining")
-
-
-def data_dir() -> Path:
-    """The folder with domino.txt and fire1.txt: $BUFFET_ROLEMINING_DIR, else the project's
-    ``shared/datasets/rolemining`` beside the working directory or the checkout."""
-    if "BUFFET_ROLEMINING_DIR" in os.environ:
-        return Path(os.environ["BUFFET_ROLEMINING_DIR"])
-    for place in ROLEMINING_PLACES:
-        if (place / DATASETS["Domino"]).exists():
-            return place
-    raise UserError("cannot find the role-mining files (domino.txt, fire1.txt); set BUFFET_ROLEMINING_DIR "
-                    "to the folder that holds them")
 DATASETS = {"Domino": "domino.txt", "Firewall": "fire1.txt"}
 TEST_FRACTION = 0.2
 VALID_FRACTION = 0.2
@@ -126,7 +112,7 @@ def baseline_paths(settings: Settings) -> dict:
 
 def load_matrix(name: str, work: Path) -> np.ndarray:
     """The permissions x users binary matrix of a role-mining file, through the product's pair ingest."""
-    ds = ingest_pairs(data_dir() / DATASETS[name], work / f"{name}.zarr", transpose=True, overwrite=True)
+    ds = ingest_pairs(rolemining_path(DATASETS[name]), work / f"{name}.zarr", transpose=True, overwrite=True)
     return np.asarray(ds.read_rows(0, ds.n_rows).X, dtype=np.float64)
 
 

@@ -18,8 +18,7 @@ import numpy as np
 
 from buffet.data.store import CSRRows
 from buffet.kernels import bnmf, cnmf
-from buffet.pipeline.engine.blocks import row_ranges
-from buffet.pipeline.engine.dataset import count_blocks
+from buffet.pipeline.engine.dataset import count_blocks, row_ranges
 from buffet.pipeline.engine.engine import BlockSet, Engine
 from buffet.pipeline.engine.seeds import stream
 from buffet.pipeline.engine.settings import option, require_counts, require_positive

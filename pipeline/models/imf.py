@@ -37,8 +37,8 @@ from buffet.data.errors import UserError
 from buffet.data.splits import EntrySample
 from buffet.data.store import DenseRows
 from buffet.kernels import imf, inmf
-from buffet.pipeline.engine.blocks import MemoryRows, row_ranges
-from buffet.pipeline.engine.dataset import Source, dense_blocks, read_dense_chunk, read_seen_chunk, source_of
+from buffet.pipeline.engine.dataset import (MemoryRows, Source, dense_blocks, read_dense_chunk, read_seen_chunk,
+                                            row_ranges, source_of)
 from buffet.pipeline.engine.engine import BlockSet, Engine
 from buffet.pipeline.engine.loop import Position, run_loop
 from buffet.pipeline.engine.selection import Candidate

@@ -26,8 +26,7 @@ import numpy as np
 from buffet.data.errors import UserError
 from buffet.data.store import CSRRows
 from buffet.kernels import bnmf
-from buffet.pipeline.engine.blocks import MemoryRows, row_ranges
-from buffet.pipeline.engine.dataset import Source, count_blocks, count_row_set, source_of
+from buffet.pipeline.engine.dataset import MemoryRows, Source, count_blocks, count_row_set, row_ranges, source_of
 from buffet.pipeline.engine.engine import BlockSet, Engine
 from buffet.pipeline.engine.seeds import stream
 from buffet.pipeline.engine.settings import (checkpoint_option, option, require_counts, require_positive,

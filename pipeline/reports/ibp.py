@@ -16,6 +16,7 @@ from pathlib import Path
 import numpy as np
 import zarr
 
+from buffet.data.urls import normalise, zarr_store
 from buffet.kernels.metrics import zzt_error
 from buffet.pipeline.engine.dataset import Source
 from buffet.pipeline.engine.engine import Engine
@@ -32,13 +33,13 @@ IBPDriver = ParticleDriver | GibbsDriver
 
 def add_true_z(store: str | Path, Z: np.ndarray) -> None:
     """Store the true Z (N x K) of synthetic data in the dataset store as the array ``true_Z``."""
-    group = zarr.open_group(str(store), mode="a")
+    group = zarr.open_group(store=zarr_store(normalise(store), read_only=False), mode="a")
     group.create_array(TRUE_Z, shape=Z.shape, dtype=bool, overwrite=True)[:] = np.asarray(Z, bool)
 
 
 def true_z(store: str | Path) -> np.ndarray | None:
     """The true Z of a dataset store, or None when it has none."""
-    group = zarr.open_group(str(store), mode="r")
+    group = zarr.open_group(store=zarr_store(normalise(store)), mode="r")
     return np.asarray(group[TRUE_Z][:]) if TRUE_Z in group else None
 
 
