@@ -50,7 +50,7 @@ def test_fit_evaluate_export_report(tmp_path, store, capsys):
     np.testing.assert_allclose(arrays["topic_word"].sum(axis=1), 1.0)
     assert arrays["vocab"][0] == "word0" and len(arrays["trace_step"]) == 12
     files = run_main(capsys, "report", run, "--out", tmp_path / "report").split()
-    for name in ("heldout_loglik.png", "local_sweeps.png", "topics.png"):
+    for name in ("trace.png", "heldout_loglik.png", "topics.png"):
         path = tmp_path / "report" / name
         assert str(path) in files and path.read_bytes()[:4] == b"\x89PNG" and path.stat().st_size > 5000
     summary = (tmp_path / "report" / "summary.md").read_text()

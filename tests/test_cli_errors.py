@@ -11,7 +11,6 @@ import time
 from pathlib import Path
 
 import numpy as np
-import psutil
 import pytest
 import zarr
 
@@ -113,19 +112,6 @@ def test_ctrl_c_marks_the_run_interrupted_and_says_how_to_resume(tmp_path: Path,
     assert code == 130
     one_line(err, "interrupted", f"buffet resume {run}")
     assert RunStore(run).status == "interrupted"
-
-
-def test_killed_worker_ends_with_one_line_naming_the_checkpoint(tmp_path: Path, store: Path) -> None:
-    run = tmp_path / "run"
-    proc = start("fit", "bnmf", store, "--out", run, "--workers", 2, "--worker-kind", "processes", *LONG_FIT)
-    wait_for_checkpoint(run, proc)
-    workers = [p for p in psutil.Process(proc.pid).children(recursive=True) if "spawn_main" in " ".join(p.cmdline())]
-    assert len(workers) == 2
-    workers[0].kill()
-    code, err = finish(proc)
-    assert code == 1
-    step = RunStore(run).read_checkpoint().step
-    one_line(err, "lost a worker", f"checkpointed at step {step}", f"buffet resume {run}")
 
 
 def test_full_disk_is_one_line_and_debug_shows_the_traceback(tmp_path: Path, store: Path, monkeypatch,

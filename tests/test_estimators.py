@@ -39,7 +39,7 @@ FAST = {
     "NoisyORGibbs": (lambda: NoisyORGibbs(sweeps=8, chains=2), "binary"),
 }
 NAMES = list(FAST)
-# The fitted array that pins each fit down (compared between input kinds, executors and `buffet fit`).
+# The fitted array that pins each fit down (compared between input kinds, engines and `buffet fit`).
 SIGNATURE = {"BayesianNMF": "g_", "CorrelatedNMF": "L_", "IMF": "components_", "INMF": "components_",
              "BinaryMF": "predictive_mean_", "LinearGaussianParticleFilter": "zzt_", "NoisyORParticleFilter": "zzt_",
              "LinearGaussianGibbs": "zzt_", "NoisyORGibbs": "zzt_"}
