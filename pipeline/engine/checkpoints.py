@@ -44,8 +44,7 @@ class Saved:
 
     def __init__(self, run: RunStore | None, engine: Engine):
         self.run, self.engine = run, engine
-        self.storage_options = json.dumps(run.storage_options if run is not None and run.storage_options else {},
-                                          sort_keys=True)
+        self.storage_options = json.dumps((run.storage_options if run is not None else None) or {}, sort_keys=True)
         self._memory: tuple | None = None
 
     def write(self, driver: Any, step: int, trace: list[dict], seconds: float) -> None:
@@ -75,8 +74,8 @@ class Saved:
                               for name, records in blocks.items()}
 
     def verify(self, records: list[FileRecord]) -> list[str | None]:
-        """What is wrong with each of a checkpoint's block files, or None: checked where the blocks will be
-        read (``RunStore.read_checkpoint``'s ``verify``)."""
+        """What is wrong with each of a checkpoint's block files, or None: checked by tasks on the engine's
+        workers, which read the files as the restore will (``RunStore.read_checkpoint``'s ``verify``)."""
         if not records:
             return []
         return self.engine.gather(self.engine.generate(check_block, [(r, self.storage_options) for r in records]))
