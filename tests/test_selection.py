@@ -7,7 +7,6 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-import zarr
 
 from buffet.data.arrays import from_array
 from buffet.data.splits import EntrySample, add_split, holdout_entries
