@@ -37,9 +37,9 @@ from buffet.pipeline.experiments import registry as reproduce
 from buffet.pipeline.models.imf import IMFConfig, INMFConfig
 from buffet.kernels.metrics import error_metrics
 from buffet.pipeline.reports.plots import new_figure, save_figure
-from buffet.pipeline.experiments.common import (choose_k, chosen_caps, engine_label, fit_engine, markdown_table,
-                                                mean_std, method_family, nmf_path, offsets_chosen, write_csv,
-                                                write_markdown, write_store)
+from buffet.pipeline.experiments.common import (chosen_caps, complete_with_baselines, complete_with_engine,
+                                                markdown_table, mean_std, method_family, nmf_path, offsets_chosen,
+                                                write_csv, write_markdown)
 from buffet.pipeline.engine.seeds import stream
 
 MIN_USER_RATINGS = 50
@@ -188,35 +188,6 @@ def bias_path(x: np.ndarray, mask: np.ndarray, ks: Sequence[int], seed: int) -> 
     return (scores for _ in ks)
 
 
-def baseline_results(x: np.ndarray, train: np.ndarray, test: np.ndarray, valid: np.ndarray, seed: int,
-                     value_range: float, settings: Settings) -> list[tuple[str, float, float]]:
-    """(method, chosen K, held-out NMAE) of every baseline: K on validation, refit on all training."""
-    metric = nmae(value_range)
-    out = []
-    for name, path, ks in (("User + item biases", bias_path, (1,)),
-                           ("SVD (item-mean fill)", svd_path, settings.svd_ks),
-                           ("NMF (masked)", nmf_path(settings.nmf_iter), settings.nmf_ks)):
-        k = choose_k(path, x, train & ~valid, valid, ks, metric, seed)
-        scores = next(iter(path(x, train, [k], seed)))
-        out.append((name, float(k), -metric(scores[test], x[test])))
-    return out
-
-
-def engine_results(x: np.ndarray, train: np.ndarray, test: np.ndarray, work: Path, value_range: float,
-                   settings: Settings) -> list[tuple[str, float, float]]:
-    """(method, learned K+, held-out NMAE) of IMF and INMF as ``buffet fit`` runs them on a store holding the
-    repeat's held-out ratings (offsets at ``OFFSET_REG`` or none, and the cap on K+, chosen on validation
-    folds of the training ratings). ``work`` is a new folder per repeat (stores are opened by path and
-    cached)."""
-    store = write_store(x, train | test, test, work / "test.zarr", "real", settings.chunk_rows)
-    metric = nmae(value_range)
-    out = []
-    for name, cls in (("IMF", IMFConfig), ("INMF", INMFConfig)):
-        fit = fit_engine(cls(max_k=settings.max_k, chunk_rows=settings.chunk_rows, offset_reg=OFFSET_REG), store)
-        out.append((engine_label(name, fit.config), float(fit.k_plus), -metric(fit.predictions, fit.truths)))
-    return out
-
-
 def summarise(records: list[tuple[int, str, float, float]]) -> list[list[object]]:
     """Rows (method, mean K, NMAE mean, NMAE std, repeats with offsets, caps on K+ chosen, paper K+, paper
     NMAE)."""
@@ -267,8 +238,15 @@ def run(out_dir: Path, seeds: int, quick: bool, jester: Path | None = None) -> l
         train = observed & ~test
         valid = per_user_holdout(train, stream(seed, "cf-valid"), data.held_out, 3)
         work = out_dir / "work" / f"repeat-{seed}"
-        for method, k, value in (baseline_results(x, train, test, valid, seed, data.value_range, settings)
-                                 + engine_results(x, train, test, work, data.value_range, settings)):
+        metric = nmae(data.value_range)
+        baselines = [("User + item biases", bias_path, (1,)), ("SVD (item-mean fill)", svd_path, settings.svd_ks),
+                     ("NMF (masked)", nmf_path(settings.nmf_iter), settings.nmf_ks)]
+        engines = [(name, cls(max_k=settings.max_k, chunk_rows=settings.chunk_rows, offset_reg=OFFSET_REG))
+                   for name, cls in (("IMF", IMFConfig), ("INMF", INMFConfig))]
+        for method, k, score in (complete_with_baselines(x, train, test, valid, seed, metric, baselines)
+                                 + complete_with_engine(x, train | test, test, work / "test.zarr", "real", metric,
+                                                        engines)):
+            k, value = float(k), -score  # the metric is -NMAE (larger is better); the table shows NMAE
             records.append((seed, method, k, value))
             print(f"repeat {seed}: {method:24s} K={k:4.1f} NMAE={value:.4f}", flush=True)
     rows = summarise(records)

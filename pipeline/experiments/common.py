@@ -1,5 +1,7 @@
-"""Pieces shared by the reproduction experiments of paper 000 (SPEC 4): IMF/INMF fits through the
-engine's driver, validation choice of a baseline's K, summary tables and the paper-vs-measured print.
+"""Pieces shared by the reproduction experiments of paper 000 (SPEC 4): the held-out completion harness
+of role mining and collaborative filtering (``complete_with_baselines``, ``complete_with_engine``), IMF/INMF
+fits through the engine's driver, validation choice of a baseline's K, summary tables and the
+paper-vs-measured print.
 
 IMF and INMF always run as ``buffet fit`` runs them: on a dataset store written with ``from_array``,
 their structural settings chosen on validation entries when the config's ``select`` asks
@@ -31,6 +33,10 @@ SPLIT = "heldout"
 ScorePath = Callable[[np.ndarray, np.ndarray, Sequence[int], int], Iterator[np.ndarray]]
 # Quality of scores on entries, larger is better (AUC, or -NMAE): (scores, truths) -> float.
 Metric = Callable[[np.ndarray, np.ndarray], float]
+# A baseline as the harness runs it: its name, its score path and the grid of K validation chooses from.
+Baseline = tuple[str, ScorePath, Sequence[int]]
+# One held-out completion result: (method, K or learned K+, metric on the held-out entries).
+Completion = tuple[str, int, float]
 
 
 def write_store(x: np.ndarray, observed: np.ndarray | None, heldout: np.ndarray, path: Path, kind: str,
@@ -96,6 +102,31 @@ def choose_k(path: ScorePath, x: np.ndarray, fit_mask: np.ndarray, valid: np.nda
     entries ``valid`` (a part of the training entries; held-out entries are never looked at)."""
     values = [metric(scores[valid], x[valid]) for scores in path(x, fit_mask, ks, seed)]
     return int(ks[int(np.argmax(values))])
+
+
+def complete_with_baselines(x: np.ndarray, train: np.ndarray, test: np.ndarray, valid: np.ndarray, seed: int,
+                            metric: Metric, methods: Sequence[Baseline]) -> list[Completion]:
+    """Held-out completion (SPEC 4) by each baseline: K chosen on ``valid`` (a part of ``train``) with the
+    rest of ``train`` fitted, then refitted on all of ``train`` and scored by ``metric`` on ``test``."""
+    out = []
+    for name, path, ks in methods:
+        k = choose_k(path, x, train & ~valid, valid, ks, metric, seed)
+        scores = next(iter(path(x, train, [k], seed)))
+        out.append((name, k, metric(scores[test], x[test])))
+    return out
+
+
+def complete_with_engine(x: np.ndarray, observed: np.ndarray | None, test: np.ndarray, path: Path, kind: str,
+                         metric: Metric, configs: Sequence[tuple[str, IMFConfig]]) -> list[Completion]:
+    """Held-out completion by IMF/INMF as ``buffet fit`` runs them (module docstring) on a store at ``path``
+    holding ``test`` as its held-out split; each result is labelled with the settings chosen on validation
+    (``engine_label``). ``path`` must be new for each split: stores are opened by path and cached."""
+    store = write_store(x, observed, test, path, kind, configs[0][1].chunk_rows)
+    out = []
+    for name, config in configs:
+        fit = fit_engine(config, store)
+        out.append((engine_label(name, fit.config), fit.k_plus, metric(fit.predictions, fit.truths)))
+    return out
 
 
 def markdown_table(header: Sequence[str], rows: Sequence[Sequence[object]]) -> str:

@@ -32,9 +32,9 @@ from buffet.pipeline.experiments import registry as reproduce
 from buffet.pipeline.models.imf import IMFConfig, INMFConfig
 from buffet.kernels.metrics import auc
 from buffet.pipeline.reports.plots import new_figure, save_figure
-from buffet.pipeline.experiments.common import (choose_k, chosen_caps, engine_label, fit_engine, markdown_table,
-                                                mean_std, method_family, nmf_path, offsets_chosen, write_csv,
-                                                write_markdown, write_store)
+from buffet.pipeline.experiments.common import (chosen_caps, complete_with_baselines, complete_with_engine,
+                                                markdown_table, mean_std, method_family, nmf_path, offsets_chosen,
+                                                write_csv, write_markdown)
 
 DATASETS = {"Domino": "domino.txt", "Firewall": "fire1.txt"}
 TEST_FRACTION = 0.2
@@ -122,30 +122,6 @@ def split_masks(x: np.ndarray, seed: int) -> tuple[np.ndarray, np.ndarray]:
     return test, holdout_entries(~test, VALID_FRACTION, VALID_SEED + seed)
 
 
-def baseline_results(x: np.ndarray, test: np.ndarray, valid: np.ndarray, seed: int,
-                     settings: Settings) -> list[tuple[str, int, float]]:
-    """(method, chosen K, held-out AUC) of every baseline: K on validation, refit on all training entries."""
-    train, fit_mask = ~test, ~test & ~valid
-    out = []
-    for name, path in baseline_paths(settings).items():
-        k = choose_k(path, x, fit_mask, valid, settings.ks, auc, seed)
-        scores = next(iter(path(x, train, [k], seed)))
-        out.append((name, k, auc(scores[test], x[test])))
-    return out
-
-
-def engine_results(x: np.ndarray, test: np.ndarray, work: Path, settings: Settings) -> list[tuple[str, int, float]]:
-    """(method, learned K+, held-out AUC) of IMF and INMF as ``buffet fit`` runs them on a store holding the
-    split's held-out entries (settings chosen on validation folds of the training entries); the label
-    names the chosen settings. ``work`` is a new folder per split (stores are opened by path and cached)."""
-    store = write_store(x, None, test, work / "test.zarr", "binary", settings.chunk_rows)
-    out = []
-    for name, cls in (("IMF", IMFConfig), ("INMF", INMFConfig)):
-        fit = fit_engine(cls(max_k=settings.max_k, chunk_rows=settings.chunk_rows), store)
-        out.append((engine_label(name, fit.config), fit.k_plus, auc(fit.predictions, fit.truths)))
-    return out
-
-
 # ----------------------------------------------------------------------------- the experiment
 
 
@@ -202,8 +178,12 @@ def run_with(out_dir: Path, seeds: int, settings: Settings) -> list[Path]:
         x = load_matrix(dataset, work)
         for seed in range(seeds):
             test, valid = split_masks(x, seed)
-            for method, k, value in (baseline_results(x, test, valid, seed, settings)
-                                     + engine_results(x, test, work / f"{dataset}-{seed}", settings)):
+            baselines = [(name, path, settings.ks) for name, path in baseline_paths(settings).items()]
+            engines = [("IMF", IMFConfig(max_k=settings.max_k, chunk_rows=settings.chunk_rows)),
+                       ("INMF", INMFConfig(max_k=settings.max_k, chunk_rows=settings.chunk_rows))]
+            for method, k, value in (complete_with_baselines(x, ~test, test, valid, seed, auc, baselines)
+                                     + complete_with_engine(x, None, test, work / f"{dataset}-{seed}" / "test.zarr",
+                                                            "binary", auc, engines)):
                 records.append((dataset, seed, method, k, value))
                 print(f"{dataset} split {seed}: {method:30s} K={k:2d} AUC={value:.4f}", flush=True)
     rows = summarise(records)
