@@ -107,3 +107,27 @@ def s3():
     finally:
         server.terminate()
         server.wait(timeout=30)
+
+
+# Worker-loss tests (tests/worker_loss.py): per test module, one scheduler started by hand and the stores.
+@pytest.fixture(scope="module")
+def loss_stores(tmp_path_factory):
+    from worker_loss import write_stores
+
+    return write_stores(tmp_path_factory.mktemp("loss"))
+
+
+@pytest.fixture(scope="module")
+def hand_scheduler(tmp_path_factory):
+    from processes import HandStartedCluster
+
+    cluster = HandStartedCluster(tmp_path_factory.mktemp("cluster"))
+    yield cluster
+    cluster.close()
+
+
+@pytest.fixture
+def hand_cluster(hand_scheduler):
+    """The module's scheduler; the workers a test starts are killed after it."""
+    yield hand_scheduler
+    hand_scheduler.close_workers()

@@ -43,13 +43,15 @@ class HandStartedCluster:
             time.sleep(0.1)
         raise TimeoutError("the scheduler wrote no address")
 
-    def add_worker(self, nthreads: int = 1) -> subprocess.Popen:
-        """One more `dask worker` process (no nanny: killed, it stays dead), in a folder of its own."""
+    def add_worker(self, nthreads: int = 1, nanny: bool = False) -> subprocess.Popen:
+        """One more `dask worker` process in a folder of its own. Without a nanny a killed worker stays
+        dead; with one (``nanny=True``, the returned process is the nanny) a new worker process replaces it."""
         folder = self.root / f"worker-{len(self.workers)}"
         folder.mkdir()
         proc = subprocess.Popen(
             [sys.executable, "-m", "distributed.cli.dask_worker", self.address, "--nthreads", str(nthreads),
-             "--no-nanny", "--no-dashboard", "--name", folder.name, "--local-directory", str(folder)],
+             "--nanny" if nanny else "--no-nanny", "--no-dashboard", "--name", folder.name,
+             "--local-directory", str(folder)],
             cwd=folder, env=self.env, stdout=subprocess.DEVNULL, stderr=open(folder / "log.txt", "w"),
             start_new_session=True)
         self.workers.append(proc)
@@ -61,10 +63,25 @@ class HandStartedCluster:
         with Client(self.address, timeout="20s") as client:
             client.wait_for_workers(n, timeout=timeout)
 
-    def kill_worker(self, index: int) -> None:
-        """SIGKILL worker ``index`` (it does not come back)."""
-        os.killpg(self.workers[index].pid, signal.SIGKILL)
-        self.workers[index].wait()
+    def kill_worker_process(self, nanny: subprocess.Popen) -> None:
+        """SIGKILL the worker process that ``nanny`` runs (the nanny starts a new one)."""
+        import psutil
+
+        children = psutil.Process(nanny.pid).children()
+        assert children, "the nanny runs no worker process"
+        for child in children:
+            child.send_signal(signal.SIGKILL)
+
+    def kill_worker(self, worker: subprocess.Popen) -> None:
+        """SIGKILL ``worker`` and everything it started (it does not come back)."""
+        os.killpg(worker.pid, signal.SIGKILL)
+        worker.wait()
+
+    def close_workers(self) -> None:
+        """Kill every worker started so far."""
+        for proc in self.workers:
+            if proc.poll() is None:
+                self.kill_worker(proc)
 
     def close(self) -> None:
         for proc in [*self.workers, self.scheduler]:

@@ -1,0 +1,141 @@
+"""The worker-loss scenario of test_worker_loss.py and test_worker_loss_samplers.py: a lost worker costs
+time, not results, for every model family, and a cluster with no worker left ends the command with one
+line and a resumable run (issue #11 item 5 and its acceptance), on clusters started by hand (`dask
+scheduler` and `dask worker` processes in folders of their own, ``processes.HandStartedCluster``).
+
+Each family fits a small store three times through the CLI: undisturbed; with one worker's process killed
+(its nanny starts a new one) after the checkpoint of step 2 and another worker killed for good after the
+checkpoint of step 4; and on one worker that is killed after the checkpoint of step 2, so the command must
+stop within ``--worker-timeout`` and ``buffet resume`` must finish the run. Both disturbed runs must export
+exactly the undisturbed run's final checkpoint (every global and every block of every named state) and
+trace. The scheduler is shared by the tests of a module; each test starts and kills its own workers
+(tests/conftest.py: ``hand_scheduler``, ``hand_cluster``, ``loss_stores``)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+from buffet.data.arrays import from_array
+from buffet.data.bmf_data import bars_data
+from buffet.data.ibp_synthetic import image_data
+from buffet.data.splits import add_split, holdout_entries, holdout_rows
+from buffet.data.synthetic import bnmf_corpus
+from buffet.pipeline.engine.runstore import RunStore
+from buffet.pipeline.reports.ibp import add_true_z
+from helpers import assert_same, checkpoint
+from processes import HandStartedCluster
+
+TIMEOUT = 3  # --worker-timeout of the runs that lose every worker, in seconds
+
+# model -> (store, fit options). Every fit has more than 8 steps and checkpoints every 2.
+FAMILIES = {
+    "bnmf": ("corpus", ["--mode", "batch", "--max-iter", 16, "--tol", 0, "--k", 4, "--chunk-rows", 100,
+                        "--eval-every", 1000]),
+    "cnmf": ("corpus", ["--mode", "batch", "--max-iter", 12, "--tol", 0, "--k", 3, "--n-dims", 2,
+                        "--chunk-rows", 150, "--eval-every", 1000]),
+    "imf": ("images", ["--max-k", 2, "--tol", 1e-4, "--max-iter", 15, "--select", "none", "--chunk-rows", 8]),
+    "inmf": ("images", ["--max-k", 1, "--tol", 1e-4, "--max-iter", 12, "--select", "none", "--chunk-rows", 8]),
+    "pf-linear-gaussian": ("images", ["--particles", 60, "--sigma-x", 0.5, "--sigma-a", 1.0, "--alpha", 1.0]),
+    "gibbs-linear-gaussian": ("images", ["--sweeps", 12, "--sigma-x", 0.5, "--sigma-a", 1.0, "--alpha", 1.0]),
+    "bmf": ("bars", ["--sweeps", 12, "--burn-in", 4, "--panel-rows", 16, "--select", "none"]),
+}
+
+
+def write_stores(folder: Path) -> dict[str, Path]:
+    """A count corpus (300 documents), 24 rows of the four-image data with their true Z, and 48 bars images."""
+    corpus = bnmf_corpus(300, 60, 4, np.random.default_rng(11), tokens_per_doc=60)
+    ds = from_array(corpus.X, folder / "corpus.zarr", "counts", rows_per_chunk=100)
+    add_split(ds, "heldout", {"test_rows": holdout_rows(ds.n_rows, 0.1, 0)}, {"kind": "rows"})
+    images = image_data(np.random.default_rng(0), n_rows=24)
+    from_array(images.X, folder / "images.zarr", "real", rows_per_chunk=8)
+    add_true_z(folder / "images.zarr", images.Z)
+    bars = bars_data(48, np.random.default_rng(0), alpha=2.0)
+    ds = from_array(bars.X, folder / "bars.zarr", "real", rows_per_chunk=16)
+    add_split(ds, "heldout", {"test_mask": holdout_entries(np.ones(bars.X.shape, bool), 0.1, 0)}, {"kind": "entries"})
+    return {"corpus": folder / "corpus.zarr", "images": folder / "images.zarr", "bars": folder / "bars.zarr"}
+
+
+def cli(*args: object) -> list[str]:
+    return [sys.executable, "-m", "buffet.pipeline.cli", *map(str, args)]
+
+
+def start(*args: object) -> subprocess.Popen:
+    return subprocess.Popen(cli(*args), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                            start_new_session=True)
+
+
+def run_to_end(*args: object) -> None:
+    proc = subprocess.run(cli(*args), capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+
+
+def checkpoint_step(run: Path) -> int:
+    """The step of the run's newest checkpoint, or -1 before the first."""
+    try:
+        step = RunStore(run).newest_step()
+    except Exception:  # the run folder is not written yet
+        return -1
+    return -1 if step is None else step
+
+
+def wait_for_step(run: Path, proc: subprocess.Popen, step: int) -> None:
+    """Until the run has a checkpoint of ``step`` or later; the fit must still be running then."""
+    deadline = time.monotonic() + 120
+    while checkpoint_step(run) < step:
+        assert proc.poll() is None, proc.communicate()[1]
+        assert time.monotonic() < deadline, f"no checkpoint of step {step} within 120 s"
+        time.sleep(0.02)
+    assert proc.poll() is None, "the fit ended before the worker could be killed: make it longer"
+
+
+def final_state(run: Path) -> tuple[dict, list[dict]]:
+    """The run's last checkpoint and trace (``helpers.checkpoint``); the run must have finished."""
+    store = RunStore(run)
+    assert store.status == "finished", store.status
+    return checkpoint(store)
+
+
+def lost_workers_scenario(tmp_path: Path, stores: dict[str, Path], cluster: HandStartedCluster, model: str) -> None:
+    """The three fits of the module docstring for ``model``, with their assertions."""
+    store, options = FAMILIES[model]
+    fit = ["fit", model, stores[store], "--seed", 3, "--checkpoint-every", 2, "--scheduler", cluster.address,
+           "--quiet", *options]
+    restarted, gone = cluster.add_worker(nanny=True), cluster.add_worker()
+    cluster.add_worker()
+    cluster.wait_for_workers(3)
+    run_to_end(*fit, "--out", tmp_path / "undisturbed")
+    undisturbed = final_state(tmp_path / "undisturbed")
+
+    run = tmp_path / "disturbed"
+    proc = start(*fit, "--out", run)
+    wait_for_step(run, proc, 2)
+    cluster.kill_worker_process(restarted)  # the nanny starts a new worker process
+    wait_for_step(run, proc, 4)
+    cluster.kill_worker(gone)  # no nanny: this worker is gone for good
+    _, err = proc.communicate(timeout=300)
+    assert proc.returncode == 0, err
+    assert_same(final_state(run), undisturbed)
+
+    cluster.close_workers()
+    cluster.add_worker()
+    cluster.wait_for_workers(1)
+    run = tmp_path / "abandoned"
+    proc = start(*fit, "--out", run, "--worker-timeout", TIMEOUT)
+    wait_for_step(run, proc, 2)
+    cluster.close_workers()
+    killed = time.monotonic()
+    _, err = proc.communicate(timeout=120)
+    assert time.monotonic() - killed < TIMEOUT + 30  # the timeout, plus noticing the loss and exiting
+    assert proc.returncode == 1 and "Traceback" not in err, err
+    line = err.strip().splitlines()[-1]
+    assert f"no Dask worker for {TIMEOUT} s" in line, line
+    assert f"checkpointed at step {checkpoint_step(run)}" in line and f"buffet resume {run}" in line, line
+    cluster.add_worker()
+    cluster.wait_for_workers(1)
+    run_to_end("resume", run, "--scheduler", cluster.address, "--quiet")
+    assert_same(final_state(run), undisturbed)
