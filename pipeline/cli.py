@@ -231,7 +231,8 @@ def engine_for(args: argparse.Namespace, model: str) -> Iterator[Engine]:
         yield Engine(client, worker_timeout=args.worker_timeout)
 
 
-def _config(args: argparse.Namespace):
+def config_from_args(args: argparse.Namespace):
+    """The config of ``buffet fit MODEL`` with these options, checked (its fields not given keep their defaults)."""
     spec = spec_for(args.model)
     given = {k[4:]: v for k, v in vars(args).items() if k.startswith("cfg_") and v is not None}
     config = config_from(spec, given)
@@ -240,7 +241,7 @@ def _config(args: argparse.Namespace):
 
 
 def cmd_fit(args: argparse.Namespace) -> None:
-    config = _config(args)
+    config = config_from_args(args)
     source = source_of(args.store)
     source.open()  # a missing or corrupt store fails here, before a cluster starts
     RunStore.check_new(args.out, args.overwrite)
