@@ -100,7 +100,7 @@ def main() -> None:
         server.wait()
     train_docs = args.docs - round(0.01 * args.docs)
     rate = {where: train_docs * args.passes / float(e["trace_seconds"][-1]) for where, e in exports.items()}
-    same = all(np.array_equal(exports["local disk"][k], exports["S3 server"][k])
+    same = all(np.array_equal(exports["local disk"][k], exports["S3 server"][k], equal_nan=True)
                for k in exports["local disk"] if k != "trace_seconds")
     ratio = rate["S3 server"] / rate["local disk"]
     record(args.results, {"bench": "store_on_s3", "docs": args.docs, "k": args.k, "machine": machine(),

@@ -31,11 +31,12 @@ PROGRESS = re.compile(r"\] step (\d+)/(\d+)")
 
 
 def worker_processes(parent: psutil.Process) -> list[psutil.Process]:
-    """The Dask worker processes under a ``buffet`` command: the nannies' children."""
+    """The Dask worker processes under a ``buffet`` command: spawned processes that start none of their own
+    (a nanny, where there is one, is the parent of its worker)."""
     found = []
     for proc in parent.children(recursive=True):
         try:
-            if "spawn_main" in " ".join(proc.cmdline()) and proc.parent().pid != parent.pid:
+            if "spawn_main" in " ".join(proc.cmdline()) and not proc.children():
                 found.append(proc)
         except psutil.Error:
             pass
@@ -70,7 +71,7 @@ def same_export(run_a: Path, run_b: Path, work: Path) -> bool:
         arrays.append(np.load(out))
     a, b = arrays
     return set(a.files) == set(b.files) and all(
-        np.array_equal(a[k], b[k]) for k in a.files if k != "trace_seconds")
+        np.array_equal(a[k], b[k], equal_nan=True) for k in a.files if k != "trace_seconds")
 
 
 def main() -> None:
