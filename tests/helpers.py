@@ -22,6 +22,8 @@ from buffet.pipeline.engine import codec
 from buffet.pipeline.engine.checkpoints import Saved
 from buffet.pipeline.engine.engine import Engine
 from buffet.pipeline.engine.runs import config_from, restored, run_source, spec_for
+from buffet.pipeline.estimators import (IMF, INMF, BayesianNMF, BinaryMF, CorrelatedNMF, LinearGaussianGibbs,
+                                        LinearGaussianParticleFilter, NoisyORGibbs, NoisyORParticleFilter)
 from buffet.pipeline.engine.runstore import RunStore
 
 CLI = [sys.executable, "-m", "buffet.pipeline.cli"]
@@ -112,3 +114,19 @@ def cnmf_corpus(n_docs: int, n_words: int, L: np.ndarray, rng: np.random.Generat
     z = rng.normal(size=(n_docs, L.shape[1])) @ L.T
     w = length * np.exp(z - logsumexp(z, axis=1, keepdims=True))
     return sp.csr_matrix(rng.poisson(w @ beta.T).astype(np.float64)), beta
+
+
+# Small, fast settings per estimator, and the kind of data each reads (test_estimators*.py).
+FAST = {
+    "BayesianNMF": (lambda: BayesianNMF(3, batch_size=100, passes=2, chunk_rows=60, eval_every=1000), "counts"),
+    "CorrelatedNMF": (lambda: CorrelatedNMF(3, n_dims=2, batch_size=100, passes=2, chunk_rows=60, eval_every=1000,
+                                            max_steps=20), "counts"),
+    "IMF": (lambda: IMF(max_k=3, chunk_rows=10, tol=1e-4, n_candidates=1), "real"),
+    "INMF": (lambda: INMF(max_k=3, chunk_rows=10, tol=1e-4, n_candidates=1), "real"),
+    "BinaryMF": (lambda: BinaryMF(sweeps=10, burn_in=5, panel_rows=8, panel_cols=16), "real"),
+    "LinearGaussianParticleFilter": (lambda: LinearGaussianParticleFilter(particles=40, blocks=2, sigma_x=0.5),
+                                     "real"),
+    "NoisyORParticleFilter": (lambda: NoisyORParticleFilter(particles=40, blocks=2, alpha=3.0), "binary"),
+    "LinearGaussianGibbs": (lambda: LinearGaussianGibbs(sweeps=8, chains=2, split_merge_moves=1), "real"),
+    "NoisyORGibbs": (lambda: NoisyORGibbs(sweeps=8, chains=2), "binary"),
+}

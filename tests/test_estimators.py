@@ -20,24 +20,10 @@ from buffet.pipeline.engine.engine import Engine
 from buffet.pipeline.engine.runs import fit_run
 from buffet.pipeline.engine.runstore import RunStore
 from buffet.pipeline.reports.outputs import export_run
-from buffet.pipeline.estimators import (IMF, INMF, BayesianNMF, BinaryMF, CorrelatedNMF, InvalidParameterError,
-                                        LinearGaussianGibbs, LinearGaussianParticleFilter, NoisyORGibbs,
-                                        NoisyORParticleFilter, NotFittedError)
+from buffet.pipeline.estimators import (IMF, INMF, BayesianNMF, CorrelatedNMF, InvalidParameterError, NoisyORGibbs,
+                                        NotFittedError)
+from helpers import FAST
 
-# Small, fast settings per estimator, and the kind of data each reads.
-FAST = {
-    "BayesianNMF": (lambda: BayesianNMF(3, batch_size=100, passes=2, chunk_rows=60, eval_every=1000), "counts"),
-    "CorrelatedNMF": (lambda: CorrelatedNMF(3, n_dims=2, batch_size=100, passes=2, chunk_rows=60, eval_every=1000,
-                                            max_steps=20), "counts"),
-    "IMF": (lambda: IMF(max_k=3, chunk_rows=10, tol=1e-4, n_candidates=1), "real"),
-    "INMF": (lambda: INMF(max_k=3, chunk_rows=10, tol=1e-4, n_candidates=1), "real"),
-    "BinaryMF": (lambda: BinaryMF(sweeps=10, burn_in=5, panel_rows=8, panel_cols=16), "real"),
-    "LinearGaussianParticleFilter": (lambda: LinearGaussianParticleFilter(particles=40, blocks=2, sigma_x=0.5),
-                                     "real"),
-    "NoisyORParticleFilter": (lambda: NoisyORParticleFilter(particles=40, blocks=2, alpha=3.0), "binary"),
-    "LinearGaussianGibbs": (lambda: LinearGaussianGibbs(sweeps=8, chains=2, split_merge_moves=1), "real"),
-    "NoisyORGibbs": (lambda: NoisyORGibbs(sweeps=8, chains=2), "binary"),
-}
 NAMES = list(FAST)
 # The fitted array that pins each fit down (compared between input kinds, engines and `buffet fit`).
 SIGNATURE = {"BayesianNMF": "g_", "CorrelatedNMF": "L_", "IMF": "components_", "INMF": "components_",

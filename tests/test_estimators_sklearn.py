@@ -17,7 +17,7 @@ from functools import partial
 import pytest
 from sklearn.utils.estimator_checks import estimator_checks_generator
 
-from test_estimators import FAST
+from helpers import FAST
 
 COUNTS_ONLY = "fits scikit-learn's real-valued data; count models take only non-negative integer counts (SPEC 1)"
 BINARY_ONLY = "fits scikit-learn's real-valued data; noisy-OR models take only 0/1 data (SPEC 1)"
