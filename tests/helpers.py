@@ -29,9 +29,10 @@ from buffet.pipeline.engine.runstore import RunStore
 CLI = [sys.executable, "-m", "buffet.pipeline.cli"]
 
 
-def buffet(*args: object, check: bool = True) -> subprocess.CompletedProcess:
-    """Run ``buffet ARGS`` as a user would; with ``check`` a non-zero exit fails the test with its stderr."""
-    proc = subprocess.run([*CLI, *map(str, args)], capture_output=True, text=True, timeout=300)
+def buffet(*args: object, check: bool = True, env: dict | None = None) -> subprocess.CompletedProcess:
+    """Run ``buffet ARGS`` as a user would (in ``env``, else this environment); with ``check`` a non-zero exit
+    fails the test with its stderr."""
+    proc = subprocess.run([*CLI, *map(str, args)], capture_output=True, text=True, timeout=300, env=env)
     if check and proc.returncode != 0:
         raise AssertionError(f"buffet {' '.join(map(str, args))} failed:\n{proc.stderr}")
     return proc

@@ -98,7 +98,10 @@ def test_store_from_a_newer_version(tmp_path: Path, store: Path) -> None:
 
 def test_unreachable_scheduler(tmp_path: Path, store: Path) -> None:
     port = unused_port()
-    proc = buffet("fit", "bnmf", store, "--out", tmp_path / "run", "--scheduler", f"tcp://127.0.0.1:{port}", check=False)
+    # Dask's own connect timeout setting bounds the wait (30 s unless set)
+    env = {**os.environ, "DASK_DISTRIBUTED__COMM__TIMEOUTS__CONNECT": "2s"}
+    proc = buffet("fit", "bnmf", store, "--out", tmp_path / "run", "--scheduler", f"tcp://127.0.0.1:{port}",
+                  check=False, env=env)
     assert proc.returncode == 1
     one_line(proc.stderr, "cannot reach the Dask scheduler", f"127.0.0.1:{port}")
 

@@ -3,7 +3,7 @@ time, not results, for every model family, and a cluster with no worker left end
 line and a resumable run (issue #11 item 5 and its acceptance), on clusters started by hand (`dask
 scheduler` and `dask worker` processes in folders of their own, ``processes.HandStartedCluster``).
 
-Each family fits a small store through the CLI on three workers and loses them in three ways: one
+Each family fits a small store through the CLI on two workers and loses them in three ways: one
 worker's process is killed after the checkpoint of step 2 (its nanny starts a new one), another worker
 is killed for good after the checkpoint of step 4, and every worker is killed after the checkpoint of
 step 6, so the command must stop within ``--worker-timeout`` with its one line; ``buffet resume`` on a new
@@ -34,7 +34,7 @@ from buffet.pipeline.reports.ibp import add_true_z
 from helpers import assert_same, checkpoint
 from processes import HandStartedCluster
 
-TIMEOUT = 3  # --worker-timeout of the runs that lose every worker, in seconds
+TIMEOUT = 1  # --worker-timeout of the runs that lose every worker, in seconds
 
 # model -> (store, fit options). Every fit has more than 8 steps and checkpoints every 2.
 FAMILIES = {
@@ -117,8 +117,7 @@ def lost_workers_scenario(tmp_path: Path, stores: dict[str, Path], cluster: Hand
     store, options = FAMILIES[model]
     fit = ["fit", model, stores[store], "--seed", 3, "--checkpoint-every", 2, "--quiet", *options]
     restarted, gone = cluster.add_worker(nanny=True), cluster.add_worker()
-    cluster.add_worker()
-    cluster.wait_for_workers(3)
+    cluster.wait_for_workers(2)
     run = tmp_path / "run"
     proc = start(*fit, "--out", run, "--scheduler", cluster.address, "--worker-timeout", TIMEOUT)
     wait_for_step(run, proc, 2)

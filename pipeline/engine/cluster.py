@@ -32,11 +32,13 @@ DASHBOARD_ADDRESS = "127.0.0.1:0"  # this machine only, a free port: no one else
 @contextlib.contextmanager
 def dask_client(workers: int | None = None, scheduler: str | None = None, dashboard: bool = True,
                 quiet: bool = False, worker_kind: str = "processes") -> Iterator["distributed.Client"]:
-    """A ``distributed.Client``: on ``scheduler`` if given (or configured: ``configured_scheduler``), else
+    """A ``distributed.Client``: on ``scheduler`` if given (or configured: ``configured_scheduler``; reaching it
+    may take Dask's ``distributed.comm.timeouts.connect``, 30 s unless set otherwise), else
     on a new LocalCluster with ``workers`` single-threaded worker processes or, with
     ``worker_kind="threads"``, one worker of ``workers`` threads inside this process (default: one per
     core). Prints the dashboard address so a user can watch the tasks. The workers get this process's
     storage options (``data.urls``)."""
+    import dask
     from distributed import Client
 
     if worker_kind not in WORKER_KINDS:
@@ -45,7 +47,7 @@ def dask_client(workers: int | None = None, scheduler: str | None = None, dashbo
     with contextlib.ExitStack() as stack:
         if scheduler:
             try:
-                client = Client(scheduler, timeout="10s")
+                client = Client(scheduler, timeout=dask.config.get("distributed.comm.timeouts.connect"))
             except OSError as exc:
                 raise UserError(f"cannot reach the Dask scheduler at {scheduler}: {exc}") from None
         else:

@@ -133,6 +133,7 @@ class Engine:
         self.states: dict[str, BlockSet] = {}
         self._pending: weakref.WeakSet[BlockSet] = weakref.WeakSet()
         self._hold: weakref.WeakSet[BlockSet] = weakref.WeakSet()
+        self._indices: dict[int, BlockSet] = {}
         self._names = (f"{tag}-{i}" for i in itertools.count() for tag in [uuid.uuid4().hex[:8]])
 
     @property
@@ -168,8 +169,11 @@ class Engine:
                                       name=f"{getattr(fn, '__name__', 'generate')}-{next(self._names)}"), len(args))
 
     def indices(self, n: int) -> BlockSet:
-        """A BlockSet whose block i is the number i (for local steps that need their block's position)."""
-        return self.generate(int, [(i,) for i in range(n)])
+        """A BlockSet whose block i is the number i (for local steps that need their block's position); made
+        once per ``n`` and held on the workers (a lost block is made again from its lineage)."""
+        if n not in self._indices:
+            self._indices[n] = self.hold(self.generate(int, [(i,) for i in range(n)]))
+        return self._indices[n]
 
     def source_array(self, fn: Callable, args: Sequence[tuple], sizes: Sequence[int], n_cols: int, meta: Any) -> Any:
         """A 2-D ``dask.array`` whose row chunk i (``sizes[i]`` rows, ``n_cols`` columns) is ``fn(*args[i])``

@@ -357,7 +357,7 @@ class BMFDriver:
             return Zs
         new = engine.gather(engine.map(conditional_task, engine.select(panels, others),
                                        engine.from_values([Zs[q] for q in others]),
-                                       engine.generate(int, [(q,) for q in others]), W_side, other, pi, active,
+                                       engine.select(engine.indices(len(Zs)), others), W_side, other, pi, active,
                                        self.model, (cfg.seed, f"bmf-{side}", step), cfg.move_size))
         return [Zs[star] if q == star else new[others.index(q)] for q in range(len(Zs))]
 
