@@ -18,8 +18,9 @@ class HandStartedCluster:
     """A scheduler and workers as separate processes started in their own folders under ``root``."""
 
     def __init__(self, root: Path, env: dict | None = None):
+        """``env``: the processes' whole environment (default: this process's)."""
         self.root = root
-        self.env = {**os.environ, **(env or {})}
+        self.env = dict(os.environ if env is None else env)
         self.workers: list[subprocess.Popen] = []
         folder = root / "scheduler"
         folder.mkdir(parents=True)

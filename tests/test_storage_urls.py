@@ -6,7 +6,6 @@ import json
 import os
 import subprocess
 import sys
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -25,7 +24,7 @@ from buffet.pipeline.engine.runs import config_from, fit_run, spec_for
 from buffet.pipeline.engine.runstore import RunStore
 from buffet.pipeline.reports.outputs import evaluate_run, export_run
 
-from helpers import unused_port
+from processes import HandStartedCluster
 
 
 def buffet(*args, check=True, env=None):
@@ -139,14 +138,38 @@ def local_reference(model: str, store: str, run: str, **params) -> tuple[dict, d
     return evaluate_run(RunStore(run), Engine()), export_run(RunStore(run), Engine())
 
 
-def bucket_fit(s3, model: str, store: str, *options) -> tuple[dict, dict]:
-    """Fit, evaluate and export through the command line with the store and the run in the bucket; the
-    fit runs on two worker processes that read the store's chunks from the bucket themselves."""
+def without_endpoint() -> dict[str, str]:
+    """This environment without the S3 endpoint: a process started with it reaches the bucket only through
+    the storage options it is given."""
+    return {k: v for k, v in os.environ.items() if k not in ("AWS_ENDPOINT_URL", OPTIONS_VARIABLE)}
+
+
+@pytest.fixture(scope="module")
+def bucket_cluster(s3, tmp_path_factory):
+    """A scheduler and two workers started by hand, each in a folder of its own (tests/processes.py),
+    without the S3 endpoint in their environment: the workers reach the bucket only through the storage
+    options of the command they work for."""
+    cluster = HandStartedCluster(tmp_path_factory.mktemp("cluster"), env=without_endpoint())
+    cluster.add_worker()
+    cluster.add_worker()
+    cluster.wait_for_workers(2)
+    yield cluster
+    cluster.close()
+
+
+def options_of(s3) -> str:
+    return json.dumps({"client_kwargs": {"endpoint_url": s3.endpoint}})
+
+
+def bucket_fit(s3, cluster, model: str, store: str, *options) -> tuple[dict, dict]:
+    """Fit, evaluate and export through the command line with the store and the run in the bucket, on the
+    hand-started cluster: its workers read the store's chunks from the bucket and write their parts of
+    each checkpoint there, with the command's --storage-options."""
     run, out = s3.url("run"), s3.url("fit.npz")
-    fit = buffet("fit", model, store, "--out", run, *options, "--workers", 2, "--worker-kind", "processes", "--quiet")
+    on_cluster = ("--scheduler", cluster.address, "--quiet")
+    fit = buffet("--storage-options", options_of(s3), "fit", model, store, "--out", run, *options, *on_cluster)
     assert f"run {run}: finished" in fit.stdout
-    scores = json.loads(buffet("evaluate", run, "--json", "--workers", 1, "--worker-kind", "threads",
-                               "--quiet").stdout)
+    scores = json.loads(buffet("--storage-options", options_of(s3), "evaluate", run, "--json", *on_cluster).stdout)
     buffet("export", run, "--out", out)  # the .npz goes straight into the bucket
     with np.load(io.BytesIO(s3.fs.cat_file(out))) as npz:
         return scores, {k: npz[k] for k in npz.files}
@@ -159,16 +182,16 @@ def assert_same_exports(a: dict, b: dict) -> None:
         assert np.array_equal(a[key], b[key], equal_nan=a[key].dtype.kind == "f"), key
 
 
-def test_bnmf_fit_with_store_and_run_in_a_bucket_equals_the_local_fit(tmp_path, uci_stores, s3):
+def test_bnmf_fit_with_store_and_run_in_a_bucket_equals_the_local_fit(tmp_path, uci_stores, s3, bucket_cluster):
     local, remote = uci_stores
     params = {"n_topics": 4, "batch_size": 100, "passes": 2, "seed": 1, "eval_every": 3, "checkpoint_every": 2}
-    scores, arrays = bucket_fit(s3, "bnmf", remote, *(f"--{k.replace('_', '-')}={v}" for k, v in params.items()))
+    scores, arrays = bucket_fit(s3, bucket_cluster, "bnmf", remote, *(f"--{k.replace('_', '-')}={v}" for k, v in params.items()))
     expected_scores, expected = local_reference("bnmf", local, str(tmp_path / "run"), **params)
     assert scores["heldout_loglik_per_word"] == expected_scores["heldout_loglik_per_word"]
     assert_same_exports(arrays, expected)
 
 
-def test_imf_fit_with_store_and_run_in_a_bucket_equals_the_local_fit(tmp_path, s3):
+def test_imf_fit_with_store_and_run_in_a_bucket_equals_the_local_fit(tmp_path, s3, bucket_cluster):
     rng = np.random.default_rng(4)
     X = rng.normal(size=(40, 2)) @ rng.normal(size=(2, 12)) + 0.3 * rng.normal(size=(40, 12))
     stores = [from_array(X, where, "real", rows_per_chunk=10) for where in (tmp_path / "x.zarr", s3.url("x.zarr"))]
@@ -176,38 +199,24 @@ def test_imf_fit_with_store_and_run_in_a_bucket_equals_the_local_fit(tmp_path, s
         add_split(ds, "heldout", {"test_mask": holdout_entries(np.ones(X.shape, bool), 0.1, 0)}, {"kind": "entries"})
     params = {"select": "none", "max_k": 2, "n_candidates": 1, "chunk_rows": 10, "max_iter": 10, "tol": 1e-3,
               "checkpoint_every": 5}
-    scores, arrays = bucket_fit(s3, "imf", stores[1].path, *(f"--{k.replace('_', '-')}={v}" for k, v in params.items()))
+    scores, arrays = bucket_fit(s3, bucket_cluster, "imf", stores[1].path, *(f"--{k.replace('_', '-')}={v}" for k, v in params.items()))
     expected_scores, expected = local_reference("imf", stores[0].path, str(tmp_path / "run"), **params)
     assert (scores["rmse"], scores["k_plus"]) == (expected_scores["rmse"], expected_scores["k_plus"])
     assert_same_exports(arrays, expected)
 
 
-def test_workers_started_elsewhere_get_absolute_locations_and_the_storage_options(tmp_path, uci_stores, s3):
-    """A scheduler and a worker started by hand, each in a folder of its own, without the S3 endpoint in
-    their environment: the command's --storage-options reach the worker, which reads the store from the
-    bucket and writes its part of each checkpoint into a run folder given as a relative path."""
-    env = {k: v for k, v in os.environ.items() if k not in ("AWS_ENDPOINT_URL", OPTIONS_VARIABLE)}
-    options = json.dumps({"client_kwargs": {"endpoint_url": s3.endpoint}})
-    port = unused_port()
-    folders = {name: tmp_path / name for name in ("scheduler", "worker", "client")}
-    for folder in folders.values():
-        folder.mkdir()
-    dask = str(Path(sys.executable).with_name("dask"))
-    quiet = {"env": env, "stdout": subprocess.DEVNULL, "stderr": subprocess.DEVNULL}
-    started = [subprocess.Popen([dask, "scheduler", "--host", "127.0.0.1", "--port", str(port), "--no-dashboard"],
-                                cwd=folders["scheduler"], **quiet)]
-    try:
-        started.append(subprocess.Popen([dask, "worker", f"tcp://127.0.0.1:{port}", "--nthreads", "1",
-                                         "--no-dashboard"], cwd=folders["worker"], **quiet))
-        fit = subprocess.run([sys.executable, "-m", "buffet.pipeline.cli", "--storage-options", options, "fit", "bnmf",
-                              uci_stores[1], "--out", "run", "--k", "3", "--mode", "batch", "--max-iter", "2",
-                              "--checkpoint-every", "1", "--scheduler", f"tcp://127.0.0.1:{port}", "--quiet"],
-                             cwd=folders["client"], env=env, capture_output=True, text=True, timeout=300)
-        assert fit.returncode == 0, fit.stderr
-    finally:
-        for proc in reversed(started):
-            proc.terminate()
-            proc.wait(timeout=30)
-    groups = list((folders["client"] / "run").glob("ckpt-*/blocks/theta"))  # the two checkpoints kept
-    assert len(groups) == 2 and all(list(g.glob("*.npz")) for g in groups)  # q(theta) blocks, written by the worker
-    assert not [p for p in folders["worker"].rglob("*") if "dask-scratch-space" not in p.parts]
+def test_a_run_given_as_a_relative_path_is_written_where_the_command_runs(tmp_path, uci_stores, s3, bucket_cluster):
+    """The workers of the hand-started cluster, in folders of their own, write their parts of each
+    checkpoint into a run folder given to the command as a relative path: it is made absolute on the
+    client, so nothing lands in the workers' folders."""
+    client = tmp_path / "client"
+    client.mkdir()
+    fit = subprocess.run([sys.executable, "-m", "buffet.pipeline.cli", "--storage-options", options_of(s3), "fit",
+                          "bnmf", uci_stores[1], "--out", "run", "--k", "3", "--mode", "batch", "--max-iter", "2",
+                          "--checkpoint-every", "1", "--scheduler", bucket_cluster.address, "--quiet"],
+                         cwd=client, env=without_endpoint(), capture_output=True, text=True, timeout=300)
+    assert fit.returncode == 0, fit.stderr
+    groups = list((client / "run").glob("ckpt-*/blocks/theta"))  # the two checkpoints kept
+    assert len(groups) == 2 and all(list(g.glob("*.npz")) for g in groups)  # q(theta) blocks, written by the workers
+    for worker in bucket_cluster.root.glob("worker-*"):
+        assert not [p for p in worker.rglob("*") if "dask-scratch-space" not in p.parts and p.name != "log.txt"]
