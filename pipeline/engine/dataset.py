@@ -24,6 +24,14 @@ from buffet.data.urls import normalise
 from buffet.pipeline.engine.engine import BlockSet, Engine
 
 
+def in_memory(X: Any) -> Any:
+    """A ``dask.array.Array`` (a user's data as a Dask collection) computed into this process; anything else
+    unchanged. Such data are then read as in-memory rows (``MemoryRows``)."""
+    if type(X).__module__.split(".")[0] == "dask":
+        return X.compute()
+    return X
+
+
 class MemoryRows:
     """An in-memory CSR matrix or dense array (+ mask) with the dataset's ``read_rows``."""
 

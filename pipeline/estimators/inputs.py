@@ -2,11 +2,11 @@
 
 ``X`` may be a dataset store path (str or PathLike), a ``buffet.data.store.Dataset``, a NumPy
 array (with an optional boolean ``mask``, True = observed), a SciPy sparse matrix, a pydata
-``sparse`` array or a ``dask.array.Array``. A dask array is computed into memory here (the engine
-reads stores and in-memory rows; reading dask chunks directly is left for later). Count models get a
-CSR matrix of non-negative integers; dense models get a float64 array and a mask, where a NaN in an
-unmasked array means a missing entry (``mask`` False); sparse input to a dense model is densified
-(its zeros are observed values).
+``sparse`` array or a ``dask.array.Array``. A dask array is computed into memory
+(``engine.dataset.in_memory``: the engine reads stores and in-memory rows; reading a user's dask
+chunks directly is left for later). Count models get a CSR matrix of non-negative integers; dense
+models get a float64 array and a mask, where a NaN in an unmasked array means a missing entry
+(``mask`` False); sparse input to a dense model is densified (its zeros are observed values).
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ import scipy.sparse as sp
 
 from buffet.data.errors import InputError
 from buffet.data.store import Dataset, check_values
-from buffet.pipeline.engine.dataset import MemoryRows
+from buffet.pipeline.engine.dataset import MemoryRows, in_memory
 
 COUNTS, DENSE = "counts", "dense"
 
@@ -33,9 +33,9 @@ class Data:
 
 
 def _computed(X):
-    """A dask array computed, a pydata ``sparse`` array as SciPy CSR; anything else unchanged."""
-    if type(X).__module__.split(".")[0] == "dask":
-        X = X.compute()
+    """A dask array computed (``engine.dataset.in_memory``), a pydata ``sparse`` array as SciPy CSR; anything
+    else unchanged."""
+    X = in_memory(X)
     if type(X).__module__.split(".")[0] == "sparse" and hasattr(X, "tocsr"):
         X = X.tocsr()
     return X
