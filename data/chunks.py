@@ -172,6 +172,7 @@ class CheckedArray:
         self.crc = records[:, 1]
         self._fill_crc: dict[tuple[int, ...], int] = {}
         self.cache = ChunkCache(CACHE_BYTES)
+        self.fetching = threading.Lock()
 
     @property
     def shape(self) -> tuple[int, ...]:
@@ -179,15 +180,16 @@ class CheckedArray:
 
     def read(self, start: int = 0, stop: int | None = None) -> np.ndarray:
         """Rows [start, stop) (a new array), from whole chunks: those not in the cache are fetched in one
-        read and verified once."""
+        read and verified once (reads of this array by other threads wait)."""
         stop = self.n_rows if stop is None else min(stop, self.n_rows)
         if stop <= start:
             return np.empty((0, *self.tail), dtype=self.array.dtype)
         first, last = start // self.chunk_rows, -(-stop // self.chunk_rows)
-        chunks = {c: self.cache.get(c) for c in range(first, last)}
-        missing = [c for c, values in chunks.items() if values is None]
-        if missing:
-            chunks.update(self._fetch(missing[0], missing[-1] + 1))
+        with self.fetching:  # one read at a time, so a chunk that two task threads both need is fetched once
+            chunks = {c: self.cache.get(c) for c in range(first, last)}
+            missing = [c for c, values in chunks.items() if values is None]
+            if missing:
+                chunks.update(self._fetch(missing[0], missing[-1] + 1))
         values = chunks[first] if last == first + 1 else np.concatenate([chunks[c] for c in range(first, last)])
         lo = first * self.chunk_rows
         return values[start - lo:stop - lo].copy()

@@ -13,7 +13,7 @@ import zarr
 
 from buffet.data.chunks import write_array
 from buffet.data.errors import InputError, StoreError
-from buffet.data.store import NNZ_CHUNK, Dataset
+from buffet.data.store import NNZ_CHUNK, SPLITS, Dataset
 from buffet.data.urls import zarr_store
 
 
@@ -60,7 +60,7 @@ def write_split(group: zarr.Group, name: str, arrays: dict[str, np.ndarray], des
     for key, arr in arrays.items():
         write_array(group, f"splits/{name}/{key}", arr, rows_per_chunk if arr.ndim == 2 else NNZ_CHUNK)
     sub.attrs.update(description)
-    group.attrs["splits"] = list(group.attrs.get("splits", [])) + [name]
+    group.attrs[SPLITS] = list(group.attrs.get(SPLITS, [])) + [name]
 
 
 _GOLDEN, _MIX1, _MIX2 = np.uint64(0x9E3779B97F4A7C15), np.uint64(0xBF58476D1CE4E5B9), np.uint64(0x94D049BB133111EB)

@@ -39,6 +39,8 @@ from buffet.data.urls import exists, filesystem, is_url, normalise, remove, zarr
 
 FORMAT_VERSION = 2  # 2: chunk records and checksummed chunks (issue #11)
 PARTIAL = "buffet_partial"  # group attribute of a store whose ingest has not finished
+SPLITS = "splits"  # group attribute: the names of the stored splits
+TOTAL = "total"  # group attribute of a CSR store: the sum of its values, counted while it was written
 STRING_CHUNK = 1 << 16  # strings per chunk of vocab and label arrays
 KINDS = ("real", "binary", "counts")
 LAYOUTS = ("csr", "dense")
@@ -227,7 +229,10 @@ class Dataset:
         return [(r, min(r + step, self.n_rows)) for r in range(0, self.n_rows, step)]
 
     def total(self) -> float:
-        """Sum of all stored values (total tokens for a corpus)."""
+        """Sum of all stored values (total tokens for a corpus): recorded by the ingest of a CSR store (so a
+        fit does not read the whole store for it), else summed chunk by chunk."""
+        if TOTAL in self.attrs:
+            return float(self.attrs[TOTAL])
         if self.layout == "csr":
             data = self._array("data")
             step = data.chunk_rows * READ_CHUNKS
@@ -242,7 +247,7 @@ class Dataset:
         return self.n_rows * self.n_cols
 
     def split_names(self) -> list[str]:
-        return list(self.attrs.get("splits", []))
+        return list(self.attrs.get(SPLITS, []))
 
     def split(self, name: str) -> dict[str, np.ndarray]:
         """The arrays of a named split (``test_rows`` or ``test_mask``)."""
@@ -343,10 +348,11 @@ class StoreWriter:
         swap the folder into place."""
         check_kind(kind)
         assert self.group is not None
+        written = {key: value for key, value in self.group.attrs.items() if key in (SPLITS, TOTAL)}
         self.group.attrs.put({"buffet_format": FORMAT_VERSION, "layout": layout, "kind": kind,
                               "shape": [int(shape[0]), int(shape[1])],
                               "rows_per_chunk": int(rows_per_chunk), "provenance": provenance,
-                              "splits": list(self.group.attrs.get("splits", []))})
+                              SPLITS: [], **written})
         if not self.remote:
             replace_dir(Path(self.tmp), Path(self.path))
         return self.path
@@ -386,6 +392,7 @@ class CSRWriter:
         self.group = group
         self.n_rows = 0
         self.nnz = 0
+        self.total = 0.0  # exact for counts (integer sums below 2**53), whatever the order of the rows
         self.offsets = [0]  # nnz at every row-chunk boundary so far (the future ``chunk_offsets``)
         self.indptr.append(np.zeros(1, dtype=np.int64))
 
@@ -412,6 +419,7 @@ class CSRWriter:
         self.offsets.extend(int(ends[b - first]) for b in range(boundary, self.n_rows + len(counts) + 1,
                                                                  self.rows_per_chunk))
         self.nnz += int(kept_counts.sum())
+        self.total += float(np.sum(data[keep], dtype=np.float64))
         self.n_rows += len(counts)
 
     def finish(self) -> tuple[int, int]:
@@ -422,6 +430,7 @@ class CSRWriter:
         if self.n_rows % self.rows_per_chunk:
             self.offsets.append(self.nnz)
         write_array(self.group, "chunk_offsets", np.asarray(self.offsets, dtype=np.int64), NNZ_CHUNK)
+        self.group.attrs[TOTAL] = self.total
         return self.n_rows, n_cols
 
 

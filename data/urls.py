@@ -91,9 +91,13 @@ def zarr_store(location: str, options: dict[str, Any] | None = None, read_only: 
     """A Zarr store rooted at a normalised location: a ``LocalStore`` on disk, an ``FsspecStore`` for a URL."""
     if not is_url(location):
         return zarr.storage.LocalStore(location, read_only=read_only)
+    options = storage_options(options)
+    if location.startswith("s3://"):
+        # one GET per chunk object: s3fs otherwise asks for the object's size first (a HEAD per read) to
+        # split large objects into concurrent ranged reads, which chunks of a few MB never need
+        options = {"max_concurrency": 1, **options}
     with _needs_package(location):
-        return zarr.storage.FsspecStore.from_url(location, storage_options=storage_options(options),
-                                                 read_only=read_only)
+        return zarr.storage.FsspecStore.from_url(location, storage_options=options, read_only=read_only)
 
 
 @contextlib.contextmanager

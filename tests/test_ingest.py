@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 import scipy.io
 import scipy.sparse as sp
+import zarr
 
 from buffet.data.bundled import rolemining_path
 from buffet.data.errors import InputError, UserError
@@ -86,6 +87,19 @@ def test_uci_streaming_blocks_much_smaller_than_file(tmp_path: Path) -> None:
     whole = ingest_uci(tmp_path / "docword.txt", None, tmp_path / "whole", rows_per_chunk=16)
     for name in ("indptr", "indices", "data", "chunk_offsets"):
         np.testing.assert_array_equal(ds.group[name][:], whole.group[name][:])
+
+
+def test_a_count_store_records_its_total_while_it_is_written(tmp_path: Path) -> None:
+    """The total number of tokens (what a topic model's fit needs first) is counted during the ingest, so a
+    fit never reads the whole store for it; a store written without it is summed as before."""
+    X = random_counts(300, 50, 0.15, seed=4)
+    (tmp_path / "docword.txt").write_text(uci_text(X))
+    ds = ingest_uci(tmp_path / "docword.txt", None, tmp_path / "store", rows_per_chunk=16, block_bytes=200,
+                    holdout=0.1, seed=0)
+    assert ds.attrs["total"] == ds.total() == X.sum() and ds.split_names() == ["heldout"]
+    group = zarr.open_group(tmp_path / "store", mode="r+")
+    del group.attrs["total"]
+    assert Dataset(tmp_path / "store").total() == X.sum()
 
 
 def test_uci_accepts_unsorted_words_blank_lines_and_crlf(tmp_path: Path) -> None:
