@@ -79,7 +79,7 @@ def _sample_row_new(x: np.ndarray, z: np.ndarray, Y: np.ndarray, log_prior_new: 
     return k_new, sample_new_feature_rows(x, eta[None], np.array([k_new]), params, rng, observed)[0]
 
 
-def _gibbs_row(i: int, X: np.ndarray, Z: np.ndarray, Y: np.ndarray, log_prior_new: np.ndarray,
+def gibbs_row(i: int, X: np.ndarray, Z: np.ndarray, Y: np.ndarray, log_prior_new: np.ndarray,
                params: NoisyORParams, rng: np.random.Generator,
                observed: np.ndarray | None) -> tuple[np.ndarray, np.ndarray]:
     """Resample row i of Z, with the rows of Y of its singletons (module docstring); returns (Z, Y)."""
@@ -125,7 +125,7 @@ def gibbs_sweep(X: np.ndarray, state: NoisyORGibbsState, params: NoisyORParams, 
     log_prior_new = new_feature_log_prior(n, state.alpha, max_new)
     Z, Y = state.Z, state.Y
     for i in range(n):
-        Z, Y = _gibbs_row(i, X, Z, Y, log_prior_new, params, rng, observed)
+        Z, Y = gibbs_row(i, X, Z, Y, log_prior_new, params, rng, observed)
     Y = sample_y(X, Z, Y, params, rng, observed)
     alpha = state.alpha if alpha_prior is None else sample_alpha(Z.shape[1], n, *alpha_prior, rng)
     return replace(state, Z=Z, Y=Y, alpha=alpha)

@@ -21,8 +21,10 @@ from buffet.pipeline.reports.ibp import add_true_z
 
 from helpers import assert_same, buffet, checkpoint, restored_driver, run_main
 
+# The noisy-OR filter with resample-move (2 past rows per move), so its moves are under the tests of
+# determinism across workers and of resume too.
 CONFIGS = {"pf-linear-gaussian": LGParticleConfig(particles=60, blocks=3, sigma_x=0.5, seed=3),
-           "pf-noisy-or": NoisyORParticleConfig(particles=60, blocks=3, alpha=3.0, seed=3)}
+           "pf-noisy-or": NoisyORParticleConfig(particles=60, blocks=3, alpha=3.0, seed=3, moves=2)}
 
 
 @pytest.fixture(scope="module")
@@ -138,6 +140,9 @@ def test_more_blocks_than_particles_and_bad_settings_are_handled(tmp_path, store
     with pytest.raises(UserError, match="ess_threshold"):
         fit_run("pf-noisy-or", source_of(stores["pf-noisy-or"]), tmp_path / "bad-ess",
                 NoisyORParticleConfig(ess_threshold=1.5), Engine(), quiet=True)
+    with pytest.raises(UserError, match="moves must be >= 0"):
+        fit_run("pf-noisy-or", source_of(stores["pf-noisy-or"]), tmp_path / "bad-moves",
+                NoisyORParticleConfig(moves=-1), Engine(), quiet=True)
     with pytest.raises(UserError, match="proposal must be one of prior, guided"):
         fit_run("pf-linear-gaussian", source_of(stores["pf-linear-gaussian"]), tmp_path / "bad-proposal",
                 LGParticleConfig(proposal="optimal"), Engine(), quiet=True)

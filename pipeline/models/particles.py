@@ -15,7 +15,10 @@ with the tasks (``Engine.share``). One step processes one row i of X:
 3. after a resampling each destination block is rebuilt where it will live: the engine brings it the
    blocks its ancestors are in (``Engine.regroup``; systematic ancestors are sorted, so particles only
    move between neighbouring blocks) and a task takes the ancestors from them, given the small
-   per-destination lists of particle indices (``rebuild_task``); the weights become uniform.
+   per-destination lists of particle indices (``rebuild_task``); the weights become uniform;
+4. with ``moves`` (noisy-OR), every rebuilt block is then moved (resample-move, ``kernels.pf_moves``):
+   Gibbs updates of some past rows of Z and of Y that keep the posterior of the rows seen, with the
+   generator ``stream(seed, "move", i, b)``.
 
 The client holds only the weights, the log-evidence and the number of rows done
 (``global_arrays``), so a checkpoint is those and every block of ``PARTICLES``. Nothing depends on
@@ -36,6 +39,7 @@ from buffet.data.store import DenseRows
 from buffet.kernels import ibp_prior, ibp_summary
 from buffet.kernels.lg_particles import LGParticles, init_lg_particles
 from buffet.kernels.pf_linear_gaussian import pf_linear_gaussian_step
+from buffet.kernels.pf_moves import move_noisy_or_particles
 from buffet.kernels.pf_noisy_or import NoisyORParticles, init_noisy_or_particles, pf_noisy_or_step
 from buffet.kernels.pf_proposals import PROPOSALS
 from buffet.kernels.resampling import (ancestor_locations, concatenate_blocks, effective_sample_size,
@@ -91,6 +95,16 @@ class ParticleConfig:
         """The per-particle feature matrix summarised as E[A] (L, Kc, D)."""
         raise NotImplementedError
 
+    @property
+    def moves_after_resampling(self) -> bool:
+        """Whether resampled blocks get resample-move steps (``move``); a model without them has none."""
+        return False
+
+    def move(self, block: ibp_prior.IBPParticles, X: np.ndarray, observed: np.ndarray | None,
+             rng: np.random.Generator) -> ibp_prior.IBPParticles:
+        """The resample-move step of every particle of ``block`` (the models that have one)."""
+        raise NotImplementedError
+
 
 @dataclass
 class LGParticleConfig(ParticleConfig):
@@ -132,6 +146,9 @@ class NoisyORParticleConfig(ParticleConfig):
     p: float = option(0.1, NOISY_OR_HELP["p"])
     lam: float = option(0.9, NOISY_OR_HELP["lam"])
     eps: float = option(0.01, NOISY_OR_HELP["eps"])
+    moves: int = option(0, "Resample-move: after each resampling, every particle's Z is re-drawn on this many past "
+                           "rows picked at random, and its Y entry by entry, by Gibbs updates that keep the "
+                           "posterior of the rows seen (0 = plain resampling).")
 
     BINARY: ClassVar[bool] = True
     BLOCK_CLS: ClassVar[type] = NoisyORParticles
@@ -139,6 +156,12 @@ class NoisyORParticleConfig(ParticleConfig):
     def check(self) -> None:
         super().check()
         noisy_or_params(self)
+        if self.moves < 0:
+            raise UserError(f"moves must be >= 0, got {self.moves}")
+
+    @property
+    def moves_after_resampling(self) -> bool:
+        return self.moves > 0
 
     def empty_block(self, size: int, n_rows: int, n_cols: int, masked: bool) -> NoisyORParticles:
         return init_noisy_or_particles(size, n_rows, n_cols)
@@ -150,6 +173,10 @@ class NoisyORParticleConfig(ParticleConfig):
     def features(self, block: NoisyORParticles) -> np.ndarray:
         return block.Y                  # bool; ``ibp_summary.summarise`` converts after grouping
 
+    def move(self, block: NoisyORParticles, X: np.ndarray, observed: np.ndarray | None,
+             rng: np.random.Generator) -> NoisyORParticles:
+        return move_noisy_or_particles(block, X, observed, self.alpha, noisy_or_params(self), self.moves, rng)
+
 
 # ----- block tasks -----
 
@@ -160,6 +187,12 @@ def propagate_task(config: ParticleConfig, block: ibp_prior.IBPParticles, data: 
     observed = None if data.mask is None else data.mask[row]
     new, log_w = config.propagate(block, data.X[row], observed, stream(config.seed, "propagate", row, index))
     return new, (log_w, new.n_features)
+
+
+def move_task(config: ParticleConfig, block: ibp_prior.IBPParticles, data: DenseRows, row: int,
+              index: int) -> ibp_prior.IBPParticles:
+    """Block ``index`` after the resampling at row ``row``, moved (``ParticleConfig.move``; module docstring, 4)."""
+    return config.move(block, data.X, data.mask, stream(config.seed, "move", row, index))
 
 
 def ancestor_blocks(*blocks: ibp_prior.IBPParticles) -> tuple[ibp_prior.IBPParticles, ...]:
@@ -268,6 +301,8 @@ class ParticleDriver:
         if resample:
             groups, picks = resampling_plan(systematic_resample(weights, float(self.uniforms[step])), self.bounds)
             blocks = engine.map(rebuild_task, engine.regroup(ancestor_blocks, blocks, groups), engine.from_values(picks))
+            if self.config.moves_after_resampling:
+                blocks = engine.map(move_task, self.config, blocks, self.data, step, engine.indices(self.n_blocks))
             weights = np.full(weights.size, 1.0 / weights.size)
         engine.keep(PARTICLES, blocks)
         self.weights, self.rows_done = weights, step + 1
