@@ -88,7 +88,7 @@ def checkpoint(run: RunStore) -> tuple[dict, list[dict]]:
     engine, spec = Engine(), spec_for(run.model)
     driver = spec.make_driver(config_from(spec, run.params), run_source(run), engine)
     position = Saved(RunStore(run.path), engine).restore(driver)
-    values = {"globals": driver.global_arrays(), **{name: engine.gather(blocks) for name, blocks in engine.states.items()}}
+    values = {"globals": driver.global_arrays(), **{name: engine.collect(blocks) for name, blocks in engine.states.items()}}
     return codec.to_arrays(values), [{k: v for k, v in r.items() if k != "seconds"} for r in position.trace]
 
 

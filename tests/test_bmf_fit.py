@@ -173,7 +173,7 @@ def test_validation_entries_are_left_out_of_training_and_scored(tmp_path, stores
     predicted, truth = driver.predictions()
     np.testing.assert_array_equal(truth, X[target])
     np.testing.assert_array_equal(predicted, driver.predictive_mean()[target])
-    seen = np.vstack([rows.mask for rows in driver.engine.gather(driver.rows)])
+    seen = np.vstack([rows.mask for rows in driver.engine.collect(driver.rows)])
     np.testing.assert_array_equal(seen, ~test & ~target)
     run = _fit(stores["binary"], tmp_path / "chosen", config, Engine())
     labels = [c["label"] for c in run.selection["candidates"]]

@@ -43,17 +43,17 @@ def test_block_operations_agree_in_process_and_on_a_cluster(engine):
     ys = engine.generate(lambda i: np.full(3, float(i)), [(i,) for i in range(5)])
     shared = engine.share(2.0)
     sums = engine.map(add_block, xs, ys, shared)
-    assert [list(v) for v in engine.gather(sums)] == [[3 * i, 3 * i + 1, 3 * i + 2] for i in range(5)]
+    assert [list(v) for v in engine.collect(sums)] == [[3 * i, 3 * i + 1, 3 * i + 2] for i in range(5)]
     pairs = engine.map(lambda x: (x.sum(), x.max()), sums)
     first, second = engine.split(pairs, 2)
-    assert engine.gather(second) == [3 * i + 2 for i in range(5)]
+    assert engine.collect(second) == [3 * i + 2 for i in range(5)]
     picked = engine.select(sums, [4, 1])
-    assert [float(v[0]) for v in engine.gather(picked)] == [12.0, 3.0]
+    assert [float(v[0]) for v in engine.collect(picked)] == [12.0, 3.0]
     regrouped = engine.regroup(concat, sums, [[0, 1], [4], [2, 3]])
-    assert [len(v) for v in engine.gather(regrouped)] == [6, 3, 6]
+    assert [len(v) for v in engine.collect(regrouped)] == [6, 3, 6]
     names = engine.generate(str, [(f"b{i}",) for i in range(7)])
     assert engine.reduce(names, bracket) == "(((b0+b1)+(b2+b3))+((b4+b5)+b6))"
-    assert engine.gather(engine.indices(4)) == [0, 1, 2, 3]
+    assert engine.collect(engine.indices(4)) == [0, 1, 2, 3]
 
 
 def test_tree_pairs_neighbours_level_by_level():
@@ -146,7 +146,7 @@ def walk(engine: Engine, run: RunStore | None = None, **options) -> tuple[list[f
     driver = ToyDriver(engine, **options)
     driver.start()
     trace = run_loop(driver, run, Position(), checkpoint_every=3, quiet=True).trace
-    return [r["total"] for r in trace], engine.gather(engine.state("walk"))
+    return [r["total"] for r in trace], engine.collect(engine.state("walk"))
 
 
 def test_the_loop_adds_step_and_cumulative_seconds_and_resumes_exactly(tmp_path):
@@ -165,7 +165,7 @@ def test_the_loop_adds_step_and_cumulative_seconds_and_resumes_exactly(tmp_path)
     end = run_loop(resumed, run, position, checkpoint_every=3, quiet=True)
     assert [r["total"] for r in end.trace] == totals
     assert all(b > a for a, b in zip([r["seconds"] for r in end.trace], [r["seconds"] for r in end.trace][1:]))
-    for a, b in zip(engine.gather(engine.state("walk")), blocks):
+    for a, b in zip(engine.collect(engine.state("walk")), blocks):
         np.testing.assert_array_equal(a, b)
 
 

@@ -58,7 +58,7 @@ def test_chains_are_the_kernel_sampler_with_per_chain_streams_and_burn_in(tmp_pa
                   Engine(), quiet=True)
     _, trace = checkpoint(run)
     driver = restored_driver(run, (CHAINS,))
-    chains = driver.engine.gather(driver.engine.state(CHAINS))
+    chains = driver.engine.collect(driver.engine.state(CHAINS))
     X = Dataset(stores["gibbs-linear-gaussian"]).read_rows(0, 20).X
     for c, chain in enumerate(chains):
         state = config.initial_state(*X.shape)

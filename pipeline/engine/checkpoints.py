@@ -51,7 +51,7 @@ class Saved:
         """Checkpoint the fit at ``step`` (module docstring)."""
         engine = self.engine
         if self.run is None:
-            states = {name: engine.gather(blocks) for name, blocks in engine.states.items()}
+            states = {name: engine.collect(blocks) for name, blocks in engine.states.items()}
             self._memory = (step, copy.deepcopy(trace), seconds, copy.deepcopy(driver.global_arrays()), states)
             if not engine.local:  # the lineage of the states starts here (``_rebase``)
                 engine.states = {name: engine.from_values(values) for name, values in states.items()}
@@ -60,7 +60,7 @@ class Saved:
         blocks = {}
         for name, state in engine.states.items():
             urls = engine.generate(str, [(writer.block_url(name, i),) for i in range(state.n)])
-            blocks[name] = engine.gather(engine.map(write_block, state, urls, self.storage_options))
+            blocks[name] = engine.collect(engine.map(write_block, state, urls, self.storage_options))
         self.run.save_checkpoint(writer, step, codec.to_arrays(driver.global_arrays()),
                                  {"trace": trace, "seconds": seconds}, blocks)
         self._rebase(blocks)
@@ -78,7 +78,7 @@ class Saved:
         workers, which read the files as the restore will (``RunStore.read_checkpoint``'s ``verify``)."""
         if not records:
             return []
-        return self.engine.gather(self.engine.generate(check_block, [(r, self.storage_options) for r in records]))
+        return self.engine.collect(self.engine.generate(check_block, [(r, self.storage_options) for r in records]))
 
     def restore(self, driver: Any, names: Sequence[str] | None = None) -> "Position":
         """Put the driver and the engine's named states (all, or only ``names``) back to the last

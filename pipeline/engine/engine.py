@@ -13,7 +13,7 @@ Two backends run the same driver code:
   chunk; ``map`` is ``dask.array.blockwise`` over those arrays (the data arrays are ``dask.array``s over
   the store's chunks, ``engine.dataset``), ``reduce`` is ``dask.array.reduction`` with ``split_every=2``
   (pairs (0, 1), (2, 3), ... level by level, whatever the workers). Operations are lazy and are sent to
-  the scheduler together at the next ``reduce`` or ``gather``: every BlockSet made since then that is
+  the scheduler together at the next ``reduce`` or ``collect``: every BlockSet made since then that is
   still referenced is persisted in the same call, so a step costs one submission and nothing is computed
   twice;
 * in this process (no client): the same operations run at once on plain values. It is the engine of the
@@ -269,7 +269,7 @@ class Engine:
                              name=f"reduce-{next(self._names)}")
         return _unwrap(self._compute(total, consumed=blockset))
 
-    def gather(self, blockset: BlockSet) -> list:
+    def collect(self, blockset: BlockSet) -> list:
         """Every block's value, in block order, brought here."""
         if self.local:
             return list(blockset.values)
@@ -310,7 +310,7 @@ class Engine:
     def _persist_pending(self, extra: Sequence[Any] = (), consumed: BlockSet | None = None) -> list[Any]:
         """Persist every pending BlockSet still referenced, the named states and what is to be read ahead,
         together with ``extra`` collections, in one submission; returns the persisted ``extra``. The
-        BlockSet ``consumed`` (what ``extra`` reduces or gathers) is left out unless it is a named state
+        BlockSet ``consumed`` (what ``extra`` reduces or collects) is left out unless it is a named state
         or to be read ahead: it is computed inside ``extra`` (and fused with it), not kept."""
         kept = list(self.states.values()) + list(self._hold)
         waiting = [b for b in self._pending if b is not consumed] + kept

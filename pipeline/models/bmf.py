@@ -247,7 +247,7 @@ class BMFDriver:
     def _check_values(self) -> None:
         """Refuse observed values the observation model cannot take, naming the panel's rows (SPEC 1)."""
         where = self.engine.generate(str, [(f"{self.source} (rows {r0}-{r1 - 1})",) for r0, r1 in self.row_bounds])
-        problems = self.engine.gather(self.engine.map(check_task, self.rows, where,
+        problems = self.engine.collect(self.engine.map(check_task, self.rows, where,
                                                       DATA_KINDS.get(self.config.likelihood)))
         if any(problems):
             raise InputError(next(p for p in problems if p))
@@ -329,7 +329,7 @@ class BMFDriver:
         star = step % len(Zs)
         key = (cfg.seed, f"bmf-{side}", step)
         counts_rest = sum(Z.sum(axis=0) for Z in Zs) - Zs[star].sum(axis=0)
-        [(Z_star, W_side)] = engine.gather(engine.map(collapsed_task, engine.select(panels, [star]), Zs[star], star,
+        [(Z_star, W_side)] = engine.collect(engine.map(collapsed_task, engine.select(panels, [star]), Zs[star], star,
                                                       W_side, other, counts_rest, self.shape[side == "v"], prior,
                                                       self.model, cfg.w0, self.phi, key, cfg.move_size))
         width = W_side.shape[0]
@@ -355,7 +355,7 @@ class BMFDriver:
         others = [q for q in range(len(Zs)) if q != star]
         if not others:
             return Zs
-        new = engine.gather(engine.map(conditional_task, engine.select(panels, others),
+        new = engine.collect(engine.map(conditional_task, engine.select(panels, others),
                                        engine.from_values([Zs[q] for q in others]),
                                        engine.select(engine.indices(len(Zs)), others), W_side, other, pi, active,
                                        self.model, (cfg.seed, f"bmf-{side}", step), cfg.move_size))
@@ -364,7 +364,7 @@ class BMFDriver:
     def _panel_log_lik(self, U_panels: BlockSet, V: np.ndarray, Ws: np.ndarray) -> np.ndarray:
         """log p(X | U, V, W) over the observed training entries for each W of the stack Ws: one vector per
         row panel, added in panel order (one round of tasks per call; elliptical slice sampling needs a few)."""
-        parts = self.engine.gather(self.engine.map(log_lik_task, self.rows, U_panels, Ws, V, self.model))
+        parts = self.engine.collect(self.engine.map(log_lik_task, self.rows, U_panels, Ws, V, self.model))
         return np.sum(parts, axis=0)
 
     def _update_weights(self, step: int, U_panels: BlockSet) -> tuple[float, dict | None]:
@@ -417,7 +417,7 @@ class BMFDriver:
     def predictive_mean(self) -> np.ndarray:
         """E[x_ij | X] averaged over the retained sweeps, every entry (I x J)."""
         self._check_retained()
-        return np.vstack(self.engine.gather(self.engine.state(PRED))) / self.retained
+        return np.vstack(self.engine.collect(self.engine.state(PRED))) / self.retained
 
     def predictions(self) -> tuple[np.ndarray, np.ndarray]:
         """Posterior predictive means and truths of every target entry (row order): the validation entries
@@ -428,7 +428,7 @@ class BMFDriver:
         engine = self.engine
         targets = engine.generate(target_entries, [(self.source.part(r0, r1, engine.local), r0, r1, self.split,
                                                     self.validation) for r0, r1 in self.row_bounds])
-        parts = engine.gather(engine.map(target_task, self.rows, engine.state(PRED), targets, self.retained))
+        parts = engine.collect(engine.map(target_task, self.rows, engine.state(PRED), targets, self.retained))
         return np.concatenate([p for p, _ in parts]), np.concatenate([t for _, t in parts])
 
 

@@ -155,5 +155,5 @@ class CNMF:
         """u_d of every document of the dataset (held-out ones too), in row order."""
         rows = count_blocks(engine, corpus.source, row_ranges(corpus.n_rows, self.config.chunk_rows),
                             np.zeros(0, dtype=np.int64))
-        parts = engine.gather(engine.map(self.location, rows, engine.share(self.local_view(globals_))))
+        parts = engine.collect(engine.map(self.location, rows, engine.share(self.local_view(globals_))))
         return np.concatenate(parts, axis=0)

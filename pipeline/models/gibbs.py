@@ -230,7 +230,7 @@ class GibbsDriver:
         chains, records = engine.split(engine.map(sweep_task, self.config, self.data, engine.state(CHAINS), step,
                                                   engine.indices(self.config.chains)), 2)
         engine.keep(CHAINS, chains)
-        records = engine.gather(records)
+        records = engine.collect(records)
         self.sweeps_done = step + 1
         record = {"retained": float(step >= self.config.burn_sweeps)}
         for key in records[0]:
@@ -241,7 +241,7 @@ class GibbsDriver:
 
     def chain(self, index: int) -> Chain:
         """Chain ``index``, brought here."""
-        return self.engine.gather(self.engine.select(self.engine.state(CHAINS), [index]))[0]
+        return self.engine.collect(self.engine.select(self.engine.state(CHAINS), [index]))[0]
 
     def posterior(self) -> dict[str, np.ndarray]:
         """The posterior expectations of the retained sweeps of all chains (``ibp_summary.finalise``),

@@ -387,7 +387,7 @@ class IMFDriver:
         nu = engine.state("nu")
         direction = self.directions[:, self.candidate]
         projections = engine.hold(engine.map(project_task, self.blocks, nu, engine.share(self.post["m"]), direction))
-        sign, threshold = imf.orient_and_split(np.concatenate(engine.gather(projections)))
+        sign, threshold = imf.orient_and_split(np.concatenate(engine.collect(projections)))
         engine.keep("nu", engine.map(extend_task, nu, projections, sign, threshold))
         self.post = self.model.add_feature(self.post, self.hyper)
         self.stats = self._reduce_stats()
@@ -396,7 +396,7 @@ class IMFDriver:
     # -- results --
     def expected_z(self) -> np.ndarray:
         """E[Z] (N x K+) of the current state, rows in order."""
-        return np.concatenate(self.engine.gather(self.engine.state("nu")))
+        return np.concatenate(self.engine.collect(self.engine.state("nu")))
 
     def predictions(self) -> tuple[np.ndarray, np.ndarray]:
         """Predictions and truths for every target entry (row order): the validation entries of a fit given
@@ -406,7 +406,7 @@ class IMFDriver:
         engine = self.engine
         targets = engine.generate(target_rows, [(self.source.part(r0, r1, engine.local), r0, r1, self.split,
                                                  self.validation) for r0, r1 in self.ranges])
-        parts = engine.gather(engine.map(predict_task, targets, engine.state("nu"), self.row_off,
+        parts = engine.collect(engine.map(predict_task, targets, engine.state("nu"), self.row_off,
                                          engine.share(self.post["m"]), engine.share(self.col_off)))
         return np.concatenate([p for p, _ in parts]), np.concatenate([t for _, t in parts])
 

@@ -266,7 +266,7 @@ class ParticleDriver:
 
     def particle_blocks(self) -> list[ibp_prior.IBPParticles]:
         """Every block of particles, brought here (in block order)."""
-        return self.engine.gather(self.engine.state(PARTICLES))
+        return self.engine.collect(self.engine.state(PARTICLES))
 
     def total_steps(self) -> int:
         return self.n_rows
@@ -289,7 +289,7 @@ class ParticleDriver:
         engine = self.engine
         blocks, weighed = engine.split(engine.map(propagate_task, self.config, engine.state(PARTICLES), self.data,
                                                   step, engine.indices(self.n_blocks)), 2)
-        log_w, k_plus = (np.concatenate(parts) for parts in zip(*engine.gather(weighed)))
+        log_w, k_plus = (np.concatenate(parts) for parts in zip(*engine.collect(weighed)))
         with np.errstate(divide="ignore"):
             log_prior = np.log(self.weights)
         weights, log_mean = normalise_log_weights(log_prior + log_w)
