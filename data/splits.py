@@ -88,8 +88,15 @@ class EntrySample:
 
     def rows(self, r0: int, r1: int, n_cols: int) -> np.ndarray:
         """Membership of the entries of rows [r0, r1), a (r1 - r0) x n_cols boolean array."""
-        flat = (np.arange(r0, r1, dtype=np.uint64)[:, None] * np.uint64(n_cols)
-                + np.arange(n_cols, dtype=np.uint64)[None, :])
-        key = _mix64(np.array([self.seed], dtype=np.uint64))[0]
-        uniform = (_mix64(flat ^ key) >> np.uint64(11)).astype(np.float64) * 2.0 ** -53
+        uniform = entry_uniforms(self.seed, r0, r1, n_cols)
         return (uniform >= self.low) & (uniform < self.high)
+
+
+def entry_uniforms(seed: int, r0: int, r1: int, n_cols: int) -> np.ndarray:
+    """A hash of (``seed``, i, j), uniform on [0, 1), for the entries of rows [r0, r1) of a matrix with
+    ``n_cols`` columns: a (r1 - r0) x n_cols float64 array that depends on the entry alone, so any block of
+    rows computes its part without seeing the others (``seed`` in [0, 2^64))."""
+    flat = (np.arange(r0, r1, dtype=np.uint64)[:, None] * np.uint64(n_cols)
+            + np.arange(n_cols, dtype=np.uint64)[None, :])
+    key = _mix64(np.array([seed], dtype=np.uint64))[0]
+    return (_mix64(flat ^ key) >> np.uint64(11)).astype(np.float64) * 2.0 ** -53

@@ -158,15 +158,20 @@ def chunk_stats(x: np.ndarray, mask: np.ndarray | None, nu: np.ndarray) -> Stats
 
 
 def row_step(x: np.ndarray, mask: np.ndarray | None, nu: np.ndarray, post: Post,
-             n_sweeps: int = 1) -> tuple[np.ndarray, Stats]:
+             n_sweeps: int = 1, prior_logit: np.ndarray | None = None) -> tuple[np.ndarray, Stats]:
     """Update q(z_i) of every row of a chunk given the column posteriors (SPEC 3.1, paper eq. 8),
     then return the new nu (n, K) and the chunk's statistics (``chunk_stats``).
+
+    ``prior_logit`` (K,) is E ln pi_k - E ln(1 - pi_k); None takes it from q(pi_k) = Beta(t1, t2) (IMF, VFMF),
+    a model whose E ln(1 - pi_k) has no closed form passes its own (TVIMF, SPEC 3.8).
     """
     b, g = row_terms(x, mask, post)
-    log_pi, log_1mpi = beta_log_means(post["t1"], post["t2"])
+    if prior_logit is None:
+        log_pi, log_1mpi = beta_log_means(post["t1"], post["t2"])
+        prior_logit = log_pi - log_1mpi
     eta_x, _ = gamma_means(post["ax"], post["bx"])
     for _ in range(n_sweeps):
-        nu = sweep_rows(nu, b, g, log_pi - log_1mpi, eta_x)
+        nu = sweep_rows(nu, b, g, prior_logit, eta_x)
     return nu, chunk_stats(x, mask, nu)
 
 

@@ -5,6 +5,7 @@ from the best converged state of the search. Registers the ``imf`` and ``inmf`` 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -29,20 +30,23 @@ def _best(driver: IMFDriver) -> IMFDriver:
     return driver
 
 
+def heldout_metrics(driver: Any) -> dict:
+    """The held-out metrics of the stored split from ``driver.predictions()``: AUC for binary data, errors
+    otherwise; nothing without a split (any driver with ``split``, ``source`` and ``predictions``)."""
+    if not driver.split:
+        return {}
+    predicted, truth = driver.predictions()
+    ds = driver.source.open()
+    if ds.kind == "binary":
+        return {"heldout_entries": int(truth.size), "auc": auc(predicted, truth)}
+    return {"heldout_entries": int(truth.size),
+            **error_metrics(predicted, truth, float(ds.attrs.get("value_range", np.ptp(truth))))}
+
+
 def evaluate(driver: IMFDriver, run: RunStore) -> dict:
-    """Learned K+, its evidence and the held-out metrics of the stored split: AUC for binary data, errors
-    otherwise."""
+    """Learned K+, its evidence and the held-out metrics of the stored split (``heldout_metrics``)."""
     driver = _best(driver)
-    out = {"k_plus": driver.k_plus, "evidence": float(driver.best["evidence"])}
-    if driver.split:
-        predicted, truth = driver.predictions()
-        ds = driver.source.open()
-        out["heldout_entries"] = int(truth.size)
-        if ds.kind == "binary":
-            out["auc"] = auc(predicted, truth)
-        else:
-            out.update(error_metrics(predicted, truth, float(ds.attrs.get("value_range", np.ptp(truth)))))
-    return out
+    return {"k_plus": driver.k_plus, "evidence": float(driver.best["evidence"]), **heldout_metrics(driver)}
 
 
 def export(driver: IMFDriver, run: RunStore) -> dict[str, np.ndarray]:
