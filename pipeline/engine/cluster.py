@@ -28,7 +28,8 @@ WORKER_MALLOC_TRIM_THRESHOLD = str(256 << 20)
 # filters); "threads" are threads of this process (right for kernels that spend their time in
 # NumPy calls, which release the GIL: globals are then shared, not serialised to every worker).
 WORKER_KINDS = ("processes", "threads")
-DASHBOARD_ADDRESS = "127.0.0.1:0"  # this machine only, a free port: no one else reaches the cluster's dashboard
+LOCAL_HTTP_ADDRESS = "127.0.0.1:0"  # this machine only, a free port
+DASHBOARD_ADDRESS = LOCAL_HTTP_ADDRESS  # the default: no one else reaches the cluster's dashboard
 
 # Where a command's workers run: the embedded LocalCluster (or the scheduler --scheduler or the environment
 # names), or a cluster the Dask Kubernetes operator starts for the command and deletes after it.
@@ -105,8 +106,10 @@ def local_cluster(workers: int | None, worker_kind: str, dashboard: bool,
     # workers' own "Compute Failed" log of it would print that traceback on every failure.
     common = {"dashboard_address": dashboard_address if dashboard else None, "silence_logs": logging.CRITICAL}
     if worker_kind == "threads":
+        # the in-process worker has no network address to take its HTTP server's host from: without one,
+        # that server (/health, /metrics) would listen on all interfaces
         return LocalCluster(n_workers=1, threads_per_worker=workers or os.cpu_count() or 1, processes=False,
-                            **common)
+                            worker_dashboard_address=LOCAL_HTTP_ADDRESS, **common)
     with dask.config.set({"distributed.nanny.pre-spawn-environ.MALLOC_TRIM_THRESHOLD_":
                           WORKER_MALLOC_TRIM_THRESHOLD}):
         return LocalCluster(n_workers=workers, threads_per_worker=1, processes=True, host="127.0.0.1",
