@@ -7,6 +7,7 @@ from urllib.parse import urlsplit
 import psutil
 
 from buffet.pipeline.cli import engine_for, parse_args
+from buffet.pipeline.engine.cluster import dashboard_link
 
 FIT = ["fit", "bnmf", "store.zarr", "--out", "run", "--workers", "1", "--quiet"]
 
@@ -21,13 +22,16 @@ def listening() -> dict[tuple[int, int], str]:
 def cluster_sockets(argv: list[str]) -> tuple[dict[int, str], int, str]:
     """Start the LocalCluster the command line ``argv`` would fit on; return the sockets it listens on (in
     this process and its worker processes, as {port: address}; sockets other tests left open are left
-    out), the dashboard's port and the scheduler's address."""
+    out), the dashboard's port and the scheduler's address. The dashboard link the command prints must
+    name the dashboard's socket."""
     args, _ = parse_args(argv)
     before = listening()
     with engine_for(args, args.model) as engine:
         client = engine.client
         opened = {port: ip for key, ip in listening().items() if key not in before for port in [key[1]]}
-        return opened, urlsplit(client.dashboard_link).port, client.scheduler.address
+        shown = urlsplit(dashboard_link(client, args.dashboard_address))
+        assert opened[shown.port] in (shown.hostname, "0.0.0.0")
+        return opened, shown.port, client.scheduler.address
 
 
 def test_dashboard_and_scheduler_listen_on_localhost_by_default():

@@ -81,8 +81,22 @@ def dask_client(workers: int | None = None, scheduler: str | None = None, dashbo
 
             client.register_plugin(StorageOptions(storage_options()))
         if not quiet and client.dashboard_link:
-            logger("cluster").info("Dask dashboard: %s", client.dashboard_link)
+            logger("cluster").info("Dask dashboard: %s",
+                                   dashboard_link(client, None if scheduler or cluster == "kube" else dashboard_address))
         yield client
+
+
+def dashboard_link(client: "distributed.Client", bound: str | None) -> str:
+    """The address of ``client``'s dashboard, on the host the LocalCluster bound it to (``bound``, e.g.
+    127.0.0.1:0) when that is one host: Dask's own link names the machine's network address for a cluster
+    of threads, where a dashboard bound to 127.0.0.1 does not answer."""
+    from urllib.parse import urlsplit
+
+    link = urlsplit(client.dashboard_link)
+    host = bound.rsplit(":", 1)[0].strip("[]") if bound and ":" in bound else ""
+    if host in ("", "0.0.0.0", "::"):
+        return client.dashboard_link
+    return link._replace(netloc=f"{host}:{link.port}").geturl()
 
 
 def configured_scheduler() -> str | None:
