@@ -23,7 +23,7 @@ from buffet.data.arrays import DEFAULT_ROWS_PER_CHUNK
 from buffet.data.errors import UserError
 from buffet.data.urls import exists, join, normalise, parse_storage_options, set_default_storage_options, write_bytes
 from buffet.kernels.bnmf import top_words, topic_mass
-from buffet.pipeline.engine.cluster import WORKER_KINDS, dask_client
+from buffet.pipeline.engine.cluster import CLUSTER_KINDS, DASHBOARD_ADDRESS, WORKER_KINDS, dask_client
 from buffet.pipeline.engine.dataset import source_of
 from buffet.pipeline.engine.engine import Engine
 from buffet.pipeline.engine.messages import console, explain
@@ -50,6 +50,12 @@ def _cluster_args(p: argparse.ArgumentParser) -> None:
                    help="address of a running Dask scheduler (e.g. tcp://host:8786) to use instead of starting a "
                         "LocalCluster; --workers and --worker-kind are then ignored (default: the environment's "
                         "DASK_SCHEDULER_ADDRESS or Dask's scheduler-address setting, if any)")
+    p.add_argument("--cluster", choices=CLUSTER_KINDS, default="local",
+                   help="local: the embedded LocalCluster, or the cluster --scheduler or DASK_SCHEDULER_ADDRESS names; "
+                        "kube: a cluster of --workers pods (default 2) that the Dask Kubernetes operator starts for "
+                        "this command and deletes after it, from the image DASK_KUBERNETES__IMAGE names, in the "
+                        "current kube context's namespace; needs the package dask-kubernetes (default: "
+                        "%(default)s)")
     p.add_argument("--worker-timeout", type=float, default=300.0, metavar="SECONDS",
                    help="stop with a message naming the last checkpoint when the cluster has had no worker for this "
                         "many seconds; a fit that loses some workers goes on with the others (default: "
@@ -210,6 +216,10 @@ def build_parser() -> argparse.ArgumentParser:
                              "passed to fsspec, e.g. '{\"anon\": true}' or '{\"client_kwargs\": {\"endpoint_url\": "
                              "\"http://127.0.0.1:9000\"}}'; workers the command starts get them too (default: the "
                              "filesystem's own environment, e.g. the AWS_* variables; may be given anywhere)")
+    parser.add_argument("--dashboard-address", metavar="ADDR", default=DASHBOARD_ADDRESS,
+                        help="host:port of the Dask dashboard of the LocalCluster a command starts, e.g. "
+                             "0.0.0.0:8787 to reach it from other machines (default: %(default)s, this machine "
+                             "only, a free port; may be given anywhere)")
     sub = parser.add_subparsers(dest="command", required=True, help="what to do; `buffet COMMAND --help` says more")
     _ingest_parser(sub)
     p = sub.add_parser("info", help="describe a dataset store")
@@ -227,7 +237,8 @@ def build_parser() -> argparse.ArgumentParser:
 def engine_for(args: argparse.Namespace, model: str) -> Iterator[Engine]:
     """An engine on the cluster the options name; the LocalCluster's worker kind defaults to ``model``'s."""
     kind = args.worker_kind or spec_for(model).worker_kind
-    with dask_client(args.workers, args.scheduler, quiet=args.quiet, worker_kind=kind) as client:
+    with dask_client(args.workers, args.scheduler, quiet=args.quiet, worker_kind=kind, cluster=args.cluster,
+                     dashboard_address=args.dashboard_address) as client:
         yield Engine(client, worker_timeout=args.worker_timeout)
 
 
@@ -371,11 +382,21 @@ def pop_option(argv: list[str], name: str) -> tuple[str | None, list[str]]:
     return None, argv
 
 
+def parse_args(argv: list[str]) -> tuple[argparse.Namespace, str | None]:
+    """The parsed command line (without --debug, which ``main`` reads) and its --storage-options JSON (or
+    None); the global options --storage-options and --dashboard-address may be given anywhere."""
+    options, argv = pop_option([a for a in argv if a != "--debug"], "--storage-options")
+    dashboard, argv = pop_option(argv, "--dashboard-address")
+    args = build_parser().parse_args(argv)
+    if dashboard is not None:
+        args.dashboard_address = dashboard
+    return args, options
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     debug = "--debug" in argv
-    options, argv = pop_option([a for a in argv if a != "--debug"], "--storage-options")
-    args = build_parser().parse_args(argv)
+    args, options = parse_args(argv)
     handler = console(logging.WARNING if getattr(args, "quiet", False) else logging.INFO)
     if not debug:  # asyncio's notes on tasks a Ctrl-C or a lost cluster cut short are not the user's business
         logging.getLogger("asyncio").setLevel(logging.CRITICAL)
