@@ -146,13 +146,15 @@ def start(opts: argparse.Namespace, command: list[str], credentials: Credentials
                              "files (--log-directory)") from None
         raise StartError(f"cannot start the cluster: {str(exc).strip().splitlines()[0]}") from None
     print(f"start_cluster: {opts.jobs} jobs of {processes} worker(s); scheduler {cluster.scheduler_address}, "
-          f"dashboard {cluster.dashboard_link}", file=sys.stderr)
+          f"dashboard http://127.0.0.1:{cluster.scheduler.http_server.port}/status on this machine only",
+          file=sys.stderr)
     return cluster
 
 
 def run_command(command: list[str], cluster: "SLURMCluster", jobs: int, env: dict[str, str]) -> int:
     """Run the buffet command on the cluster, keeping ``jobs`` jobs running (a job that ended is replaced);
-    its exit status. On Ctrl-C the command gets SIGINT and time to checkpoint."""
+    its exit status. If this process stops first (Ctrl-C, a failure), the command gets SIGINT and time to
+    write its checkpoint, and is killed if it takes longer."""
     # its own process group: a terminal's Ctrl-C reaches it once, through this process
     proc = subprocess.Popen([*command, "--scheduler", cluster.scheduler_address], env=env, start_new_session=True)
     try:
@@ -161,14 +163,28 @@ def run_command(command: list[str], cluster: "SLURMCluster", jobs: int, env: dic
                 return proc.wait(timeout=KEEP_INTERVAL)
             except subprocess.TimeoutExpired:
                 cluster.scale(jobs=jobs)  # re-submits the jobs whose workers are gone
-    except KeyboardInterrupt:
-        proc.send_signal(signal.SIGINT)
-        proc.wait(timeout=INTERRUPT_TIMEOUT)
-        raise
+    finally:
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGINT)
+            try:
+                proc.wait(timeout=INTERRUPT_TIMEOUT)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                raise
+
+
+def keep_ctrl_c() -> None:
+    """Import dask-jobqueue without its SIGINT handler (it makes Ctrl-C a quiet ``sys.exit``): Ctrl-C stays
+    Python's KeyboardInterrupt, so the buffet command is interrupted and the user told."""
+    handler = signal.getsignal(signal.SIGINT)
+    import dask_jobqueue  # noqa: F401  (sets the handler on import)
+
+    signal.signal(signal.SIGINT, handler)
 
 
 def main(argv: list[str]) -> int:
     opts, command = parse(argv)
+    keep_ctrl_c()
     credentials = None
     cluster = None
     try:
@@ -182,8 +198,8 @@ def main(argv: list[str]) -> int:
         print("start_cluster: interrupted; the cluster's jobs are cancelled", file=sys.stderr)
         return 130
     except subprocess.TimeoutExpired:
-        print(f"start_cluster: the buffet command did not stop within {INTERRUPT_TIMEOUT} s of Ctrl-C; "
-              "its jobs are cancelled", file=sys.stderr)
+        print(f"start_cluster: the buffet command did not stop within {INTERRUPT_TIMEOUT} s of SIGINT and was "
+              "killed; the cluster's jobs are cancelled", file=sys.stderr)
         return 130
     finally:
         if cluster is not None:

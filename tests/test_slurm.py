@@ -1,0 +1,190 @@
+"""deploy/slurm on a real SLURM (issue #12 items 1 and 3): Bayesian NMF fits through start_cluster.py and
+through the sbatch wrapper end with exactly the numbers of the same fit in this process, while workers
+retire and are replaced (--worker-lifetime), while a worker job is cancelled, and after a walltime signal and
+`buffet resume`; the clusters use TLS with credentials of their own, which every other client lacks.
+
+The tests marked ``slurm`` need ``sbatch`` on PATH and a controller that answers (deploy/slurm/local-slurm.sh
+up brings up a single-node SLURM); they are skipped otherwise. The TLS test without SLURM runs everywhere."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from buffet.pipeline.engine.runstore import RunStore
+from helpers import assert_same, buffet, ctrl_c_as_in_a_terminal
+from slurm_setup import (SBATCH_WRAPPER, SLURM_DIR, START_CLUSTER, cluster_tls, job_environment, queued_jobs,
+                         slurm_missing, wait_until_gone, write_corpus)
+from worker_loss import checkpoint_step, cli, final_state, reference, wait_for_step
+
+# The fit of every test: batch Bayesian NMF, checkpoints every 2 steps; each test sets --max-iter.
+FIT = ["--seed", 3, "--checkpoint-every", 2, "--quiet", "--mode", "batch", "--tol", 0, "--k", 4, "--chunk-rows", 100,
+       "--eval-every", 1000]
+JOB_SHAPE = ["--cores", 1, "--memory", "1GB", "--walltime", "00:10:00"]  # each worker job: one core
+TLS_VARIABLES = "DASK_DISTRIBUTED__COMM__"
+
+slurm = pytest.mark.slurm
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return write_corpus(tmp_path_factory.mktemp("slurm-store"))
+
+
+@pytest.fixture(scope="module")
+def slurm_up() -> None:
+    reason = slurm_missing()
+    if reason:
+        pytest.skip(reason)
+
+
+def fit_args(corpus: Path, steps: int) -> list:
+    return ["fit", "bnmf", corpus, *FIT, "--max-iter", steps]
+
+
+def start_cluster(tmp_path: Path, *options: object) -> list[str]:
+    """start_cluster.py with ``options``, its credentials and job logs under ``tmp_path``."""
+    return [sys.executable, str(START_CLUSTER), *map(str, JOB_SHAPE), "--credentials-dir", str(tmp_path / "tls"),
+            "--log-directory", str(tmp_path / "logs"), *map(str, options)]
+
+
+def without_credentials() -> dict[str, str]:
+    """This environment without any Dask comm setting (TLS files, encryption)."""
+    return {k: v for k, v in os.environ.items() if not k.startswith(TLS_VARIABLES)}
+
+
+def connects(address: str, env: dict[str, str]) -> bool:
+    """Whether a ``distributed.Client`` in a fresh interpreter with ``env`` reaches ``address`` and runs a task."""
+    code = ("import sys; from distributed import Client; c = Client(sys.argv[1], timeout='10s'); "
+            "assert c.submit(sum, [1, 2]).result() == 3; c.close()")
+    return subprocess.run([sys.executable, "-c", code, address], env=env, capture_output=True, timeout=120).returncode == 0
+
+
+def test_cluster_credentials_admit_only_their_holders(tmp_path: Path) -> None:
+    """A scheduler and worker started with cluster_tls credentials: `buffet fit --scheduler` connects with the
+    credentials in Dask's configuration variables, and is refused (one line) without them or with another
+    cluster's."""
+    from distributed import LocalCluster
+
+    tls = cluster_tls()
+    credentials, other = tls.make_credentials(tmp_path / "tls"), tls.make_credentials(tmp_path / "tls")
+    assert credentials.folder.stat().st_mode & 0o777 == 0o700
+    assert {f.stat().st_mode & 0o777 for f in credentials.folder.iterdir()} == {0o600}
+    corpus = write_corpus(tmp_path)
+    plain = {**without_credentials(), "DASK_DISTRIBUTED__COMM__TIMEOUTS__CONNECT": "2s"}
+    with LocalCluster(n_workers=1, threads_per_worker=2, processes=False, protocol="tls://",
+                      security=credentials.security(), dashboard_address="127.0.0.1:0") as cluster:
+        assert cluster.scheduler_address.startswith("tls://")
+        for name, env in [("plain", plain), ("other", {**plain, **other.client_environment()})]:
+            refused = buffet(*fit_args(corpus, 2), "--out", tmp_path / name, "--scheduler", cluster.scheduler_address,
+                             check=False, env=env)
+            assert refused.returncode == 1 and "Traceback" not in refused.stderr, refused.stderr
+            assert len(refused.stderr.strip().splitlines()) == 1, refused.stderr
+        buffet(*fit_args(corpus, 2), "--out", tmp_path / "admitted", "--scheduler", cluster.scheduler_address,
+               env={**plain, **credentials.client_environment()})
+    assert RunStore(tmp_path / "admitted").status == "finished"
+    credentials.remove()
+    assert not credentials.folder.exists()
+
+
+@slurm
+def test_worker_lifetime_replaces_jobs_with_the_same_numbers(slurm_up: None, tmp_path: Path, corpus: Path) -> None:
+    """Workers that live 20 s on two one-core jobs: the jobs are replaced several times during the fit, which
+    ends with the in-process fit's numbers; the credentials are deleted at the end."""
+    fit = fit_args(corpus, 90)
+    proc = subprocess.run([*start_cluster(tmp_path, "--jobs", 2, "--worker-lifetime", 20), "--",
+                           *cli(*fit, "--out", tmp_path / "run")],
+                          capture_output=True, text=True, timeout=600, env=job_environment())
+    assert proc.returncode == 0, proc.stderr
+    retired = [log for log in (tmp_path / "logs").glob("*.err") if "worker-lifetime-reached" in log.read_text()]
+    assert len(retired) >= 3, f"{len(retired)} workers reached their lifetime: make the fit longer"
+    assert_same(final_state(tmp_path / "run"), reference(tmp_path, fit))
+    assert not any((tmp_path / "tls").iterdir())
+
+
+@slurm
+def test_cancelled_worker_job_costs_time_not_results(slurm_up: None, tmp_path: Path, corpus: Path) -> None:
+    """`scancel` of one of two worker jobs mid-fit: a new job replaces it and the fit ends with the in-process
+    fit's numbers."""
+    fit = fit_args(corpus, 40)
+    run = tmp_path / "run"
+    proc = subprocess.Popen([*start_cluster(tmp_path, "--jobs", 2), "--", *cli(*fit, "--out", run)],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=job_environment())
+    try:
+        wait_for_step(run, proc, 4)
+        cancelled = queued_jobs("dask-worker")[0]
+        subprocess.run(["scancel", cancelled], check=True, timeout=30)
+        _, err = proc.communicate(timeout=600)
+    finally:
+        proc.kill()
+    assert proc.returncode == 0, err
+    assert_same(final_state(run), reference(tmp_path, fit))
+    assert len(list((tmp_path / "logs").glob("*.err"))) >= 3, "the cancelled job was not replaced"
+
+
+@slurm
+def test_start_cluster_refuses_clients_without_credentials(slurm_up: None, tmp_path: Path) -> None:
+    """A cluster that start_cluster.py started admits a client with its credentials and refuses one without;
+    Ctrl-C ends it with one line, its jobs cancelled and its credentials deleted."""
+    hold = "import sys, time; print(sys.argv[-1], flush=True); time.sleep(600)"  # prints the scheduler address
+    proc = subprocess.Popen([*start_cluster(tmp_path, "--jobs", 1), "--", sys.executable, "-c", hold],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=job_environment(),
+                            preexec_fn=ctrl_c_as_in_a_terminal)
+    try:
+        address = proc.stdout.readline().strip()
+        assert address.startswith("tls://"), proc.stderr.read() if proc.poll() is not None else address
+        (folder,) = (tmp_path / "tls").iterdir()
+        jobs = queued_jobs("dask-worker")
+        assert not connects(address, without_credentials())
+        assert connects(address, {**without_credentials(), **cluster_tls().Credentials(folder).client_environment()})
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=180)
+    finally:
+        proc.kill()
+    assert proc.returncode == 130 and err.strip().splitlines()[-1].startswith("start_cluster: interrupted"), err
+    assert not folder.exists()
+    for job in jobs:
+        wait_until_gone(job)
+
+
+def wait_for_checkpoint(run: Path, job: str, step: int, timeout: float = 300.0) -> None:
+    """Until the run has a checkpoint of ``step`` or later, job ``job`` still queued."""
+    deadline = time.monotonic() + timeout
+    while checkpoint_step(run) < step:
+        assert job in queued_jobs("buffet"), f"job {job} ended before step {step}"
+        assert time.monotonic() < deadline, f"no checkpoint of step {step} within {timeout:g} s"
+        time.sleep(0.2)
+
+
+@slurm
+def test_sbatch_wrapper_stops_at_the_walltime_signal_and_resumes(slurm_up: None, tmp_path: Path,
+                                                                 corpus: Path) -> None:
+    """A fit inside one allocation (buffet.sbatch): SIGINT to the batch script, as `--signal=B:INT@120` sends
+    before the walltime, leaves an interrupted run with a checkpoint and the resume line; `sbatch buffet.sbatch
+    buffet resume RUN` then ends it with the in-process fit's numbers."""
+    fit = fit_args(corpus, 24)
+    run = tmp_path / "run"
+    env = {**job_environment(), "BUFFET_SLURM_DIR": str(SLURM_DIR), "BUFFET_TLS_DIR": str(tmp_path / "tls")}
+    sbatch = ["sbatch", "--chdir", str(tmp_path), "--time", "10", str(SBATCH_WRAPPER)]
+    job = subprocess.run([*sbatch[:1], "--parsable", *sbatch[1:], *cli(*fit, "--out", run)], env=env,
+                         capture_output=True, text=True, timeout=60, check=True).stdout.strip()
+    try:
+        wait_for_checkpoint(run, job, 4)
+        subprocess.run(["scancel", "--signal=INT", "--batch", job], check=True, timeout=30)
+        wait_until_gone(job)
+    finally:
+        subprocess.run(["scancel", job], timeout=30)
+    output = (tmp_path / f"buffet-{job}.out").read_text()
+    assert "buffet: interrupted" in output and f"buffet resume {run}" in output, output
+    assert RunStore(run).status == "interrupted" and checkpoint_step(run) >= 4
+    resumed = subprocess.run([*sbatch[:1], "--wait", *sbatch[1:], *cli("resume", run, "--quiet")], env=env,
+                             capture_output=True, text=True, timeout=600)
+    assert resumed.returncode == 0, resumed.stderr
+    assert_same(final_state(run), reference(tmp_path, fit))
+    assert not any((tmp_path / "tls").iterdir())
