@@ -22,13 +22,16 @@ START_CLUSTER = SLURM_DIR / "start_cluster.py"
 SBATCH_WRAPPER = SLURM_DIR / "buffet.sbatch"
 
 
+def deploy_module(name: str) -> ModuleType:
+    """A script of deploy/slurm as a module (``cluster_tls``, ``start_cluster``), imported as the scripts
+    import each other: from their folder."""
+    if str(SLURM_DIR) not in sys.path:
+        sys.path.insert(0, str(SLURM_DIR))
+    return importlib.import_module(name)
+
+
 def cluster_tls() -> ModuleType:
-    """deploy/slurm/cluster_tls.py as a module (the deploy folder is not a package)."""
-    spec = importlib.util.spec_from_file_location("cluster_tls", SLURM_DIR / "cluster_tls.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["cluster_tls"] = module  # its dataclass looks its module up there
-    spec.loader.exec_module(module)
-    return module
+    return deploy_module("cluster_tls")
 
 
 def slurm_missing() -> str | None:

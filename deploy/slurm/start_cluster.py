@@ -107,17 +107,21 @@ def processes_per_job(model: str | None, cores: int, processes: int | None) -> i
 
 def cluster_options(opts: argparse.Namespace, cores: int, processes: int, credentials: Credentials) -> dict:
     """SLURMCluster's arguments: the options given (the rest come from jobqueue.yaml), the worker shape,
-    the lifetime and TLS."""
+    the lifetime and TLS; jobqueue.yaml's worker arguments and job script lines are kept, these added."""
+    import dask
+
     given = {"memory": opts.memory, "walltime": opts.walltime, "queue": opts.queue, "account": opts.account,
              "interface": opts.interface, "local_directory": opts.local_directory,
              "log_directory": opts.log_directory, "job_extra_directives": opts.job_extra_directive}
     kwargs = {name: value for name, value in given.items() if value is not None}
-    lifetime = []
+    worker_args = list(dask.config.get("jobqueue.slurm.worker-extra-args", None) or [])
     if opts.worker_lifetime is not None:
-        lifetime = ["--lifetime", f"{opts.worker_lifetime}s", "--lifetime-stagger", f"{opts.worker_lifetime / 10}s"]
-    return {**kwargs, "cores": cores, "processes": processes, "worker_extra_args": lifetime,
+        worker_args += ["--lifetime", f"{opts.worker_lifetime}s", "--lifetime-stagger", f"{opts.worker_lifetime / 10}s"]
+    prologue = list(dask.config.get("jobqueue.slurm.job-script-prologue", None) or [])  # the site's lines first
+    prologue.append(f"export DASK_DISTRIBUTED__NANNY__PRE_SPAWN_ENVIRON='{NANNY_ENVIRON}'")
+    return {**kwargs, "cores": cores, "processes": processes, "worker_extra_args": worker_args,
             "security": credentials.security(), "scheduler_options": {"dashboard_address": "127.0.0.1:0"},
-            "job_script_prologue": [f"export DASK_DISTRIBUTED__NANNY__PRE_SPAWN_ENVIRON='{NANNY_ENVIRON}'"]}
+            "job_script_prologue": prologue}
 
 
 def start(opts: argparse.Namespace, command: list[str], credentials: Credentials) -> "SLURMCluster":
