@@ -68,17 +68,18 @@ def parse(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
     parser.add_argument("--job-extra-directive", action="append", default=None, metavar="DIRECTIVE",
                         help="extra #SBATCH line, e.g. --qos=long (repeatable)")
     parser.add_argument("--worker-lifetime", type=float, default=None, metavar="SECONDS",
-                        help="retire each worker after about this many seconds and replace its job; keep it "
-                             "below the walltime")
+                        help="retire each worker after this many seconds, give or take a tenth, and replace its "
+                             "job; keep 1.1 times it below the walltime")
     parser.add_argument("--credentials-dir", type=Path, default=Path("~/.buffet/tls"),
-                        help="private folder on the shared file system for the cluster's TLS credentials, "
-                             "deleted when the cluster ends (default: %(default)s)")
+                        help="folder on the shared file system under which the cluster's TLS credentials get "
+                             "a private folder, deleted when the cluster ends (default: %(default)s)")
     parser.add_argument("--wait", type=float, default=600.0, metavar="SECONDS",
                         help="how long to wait for the first worker (default: %(default)s)")
-    if "--" not in argv or argv.index("--") == len(argv) - 1:
+    split = argv.index("--") if "--" in argv else len(argv)
+    opts, command = parser.parse_args(argv[:split]), argv[split + 1:]
+    if not command:
         parser.error("give the buffet command after --")
-    split = argv.index("--")
-    return parser.parse_args(argv[:split]), argv[split + 1:]
+    return opts, command
 
 
 def command_model(command: list[str]) -> str | None:
