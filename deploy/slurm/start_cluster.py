@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -131,6 +132,8 @@ def start(opts: argparse.Namespace, command: list[str], credentials: Credentials
     from dask_jobqueue import SLURMCluster
     from distributed import Client
 
+    if shutil.which(command[0]) is None:
+        raise StartError(f"no command {command[0]!r} here: activate buffet's environment")
     cores = opts.cores or dask.config.get("jobqueue.slurm.cores", None)
     if not cores:
         raise StartError("give --cores or set jobqueue.slurm.cores in jobqueue.yaml")
@@ -144,12 +147,14 @@ def start(opts: argparse.Namespace, command: list[str], credentials: Credentials
         cluster.scale(jobs=opts.jobs)
         with Client(cluster) as client:
             client.wait_for_workers(1, timeout=opts.wait)
-    except Exception as exc:
+    except BaseException as exc:  # Ctrl-C too: the jobs are cancelled before it goes on
         cluster.close(timeout=CLOSE_TIMEOUT)
         if isinstance(exc, TimeoutError):
             raise StartError(f"no worker joined within {opts.wait:g} s: see squeue and the jobs' output "
                              "files (--log-directory)") from None
-        raise StartError(f"cannot start the cluster: {str(exc).strip().splitlines()[0]}") from None
+        if isinstance(exc, Exception):
+            raise StartError(f"cannot start the cluster: {str(exc).strip().splitlines()[0]}") from None
+        raise
     print(f"start_cluster: {opts.jobs} jobs of {processes} worker(s); scheduler {cluster.scheduler_address}, "
           f"dashboard http://127.0.0.1:{cluster.scheduler.http_server.port}/status on this machine only",
           file=sys.stderr)
@@ -196,7 +201,7 @@ def main(argv: list[str]) -> int:
         credentials = make_credentials(opts.credentials_dir.expanduser())
         cluster = start(opts, command, credentials)
         return run_command(command, cluster, opts.jobs, {**os.environ, **credentials.client_environment()})
-    except StartError as exc:
+    except (StartError, OSError) as exc:  # OSError: e.g. the credentials folder cannot be written
         print(f"start_cluster: error: {exc}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
