@@ -92,6 +92,8 @@ def test_cluster_credentials_admit_only_their_holders(tmp_path: Path) -> None:
                              check=False, env=env)
             assert refused.returncode == 1 and "Traceback" not in refused.stderr, refused.stderr
             assert len(refused.stderr.strip().splitlines()) == 1, refused.stderr
+            if name == "plain":
+                assert "takes TLS connections only" in refused.stderr, refused.stderr
         buffet(*fit_args(corpus, 2), "--out", tmp_path / "admitted", "--scheduler", cluster.scheduler_address,
                env={**plain, **credentials.client_environment()})
     assert RunStore(tmp_path / "admitted").status == "finished"

@@ -68,6 +68,12 @@ def dask_client(workers: int | None = None, scheduler: str | None = None, dashbo
                 client = Client(scheduler, timeout=dask.config.get("distributed.comm.timeouts.connect"))
             except OSError as exc:
                 raise UserError(f"cannot reach the Dask scheduler at {scheduler}: {exc}") from None
+            except TypeError:  # what distributed raises for a tls:// address without TLS settings
+                if not scheduler.startswith("tls://"):
+                    raise
+                raise UserError(f"the Dask scheduler at {scheduler} takes TLS connections only: give this command "
+                                "the cluster's credentials (Dask's DASK_DISTRIBUTED__COMM__TLS__CA_FILE, "
+                                "..._TLS__CLIENT__CERT and ..._TLS__CLIENT__KEY settings)") from None
         else:
             if workers is not None and workers < 1:
                 raise UserError(f"--workers must be >= 1, got {workers}")
