@@ -4,7 +4,8 @@
 #   deploy/slurm/local-slurm.sh up     install slurm-wlm and munge if missing, write a slurm.conf sized to
 #                                      this machine, start munged, slurmctld and slurmd, wait until the node
 #                                      is idle
-#   deploy/slurm/local-slurm.sh down   stop the three daemons (by the process ids in their pid files)
+#   deploy/slurm/local-slurm.sh down   cancel the jobs still running, then stop the three daemons (by the
+#                                      process ids in their pid files)
 #
 # Both are idempotent: `up` on a running SLURM only waits for the node, `down` on a stopped one does nothing.
 # Without systemd the daemons are started directly. Not for production: one partition, no accounting,
@@ -107,7 +108,19 @@ up() {
     wait_for_idle_node
 }
 
+cancel_jobs() {  # cancel every job and wait for them to end, so none is left running without its daemons
+    running "$CTLD_PID" || return 0
+    local jobs
+    jobs=$(squeue -h -o %A 2>/dev/null || true)
+    [[ -n $jobs ]] || return 0
+    say "cancelling jobs: $(echo $jobs)"
+    scancel $jobs || true
+    for _ in $(seq 1 30); do [[ -z $(squeue -h -o %A 2>/dev/null) ]] && return; sleep 1; done
+    say "jobs still listed after 30 s: $(squeue -h -o %A | tr '\n' ' ')"
+}
+
 down() {
+    cancel_jobs
     stop "$SLURMD_PID" slurmd
     stop "$CTLD_PID" slurmctld
     stop "$MUNGE_PID" munged
