@@ -22,7 +22,8 @@ from .pf_noisy_or import NoisyORParams, NoisyORParticles
 
 
 def move_particle(X: np.ndarray, Z: np.ndarray, Y: np.ndarray, observed: np.ndarray | None, alpha: float,
-                  params: NoisyORParams, rows: int, max_new: int, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+                  params: NoisyORParams, rows: int, max_new: int,
+                  rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
     """One particle's move (module docstring): Z (t x K+, no empty column) and Y (K+ x D) given the rows X
     (t x D) seen so far; returns the new (Z, Y)."""
     n = X.shape[0]

@@ -318,8 +318,8 @@ def ibp_speed(out_dir: Path, seeds: int, quick: bool) -> list[Path]:
              f"(setting 0). VFMF and TVIMF (SPEC 3.8): one point per truncation T (the setting), the best bound of "
              f"{restarts} random start(s) of q(z) each."]
     return write_outputs(out_dir, "ibp_speed", "Base error against wall time (paper 000 fig. 3)",
-                         "IMF/INMF converge fastest; INMF lowest error; the comparators VFMF and TVIMF are unstable and "
-                         "need restarts; PF fluctuates heavily", curves, "base error", notes)
+                         "IMF/INMF converge fastest; INMF lowest error; the comparators VFMF and TVIMF are unstable "
+                         "and need restarts; PF fluctuates heavily", curves, "base error", notes)
 
 
 reproduce.register("pf-images", pf_images, options=("proposal",))
