@@ -26,7 +26,9 @@ and all its child processes (Dask nanny + workers, loky, multiprocessing), sampl
 from __future__ import annotations
 
 import argparse
+import resource
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -41,24 +43,48 @@ from common import (
     machine,
     mixture_loglik,
     record,
+    run_measured,
     thirds,
     wait_quiet,
 )
 
 
-def run_buffet(args) -> dict:
+def buffet_config(args):
+    """The BNMFConfig of a buffet run from the command line."""
+    from buffet.pipeline.models.bnmf import BNMFConfig
+
+    return BNMFConfig(n_topics=args.k, batch_size=args.batch_size, passes=1, seed=args.seed,
+                      precision=args.precision, accelerate=args.accelerate,
+                      **({"max_sweeps": args.max_sweeps} if args.max_sweeps else {}), **dict(args.set),
+                      chunk_rows=args.chunk_rows or max(1, args.batch_size // max(1, args.workers)))
+
+
+def buffet_heldout(store: str, g: np.ndarray, h: np.ndarray, config) -> dict:
+    """The shared held-out score of buffet's topics (g, h), computed two ways that must agree."""
     from buffet.data.store import Dataset
     from buffet.kernels import bnmf
-    from buffet.pipeline.engine.cluster import dask_client
     from buffet.pipeline.engine.dataset import count_row_set, source_of
+
+    hyper = config.hyper(g.shape[0])
+    held_rows = np.asarray(Dataset(store).split("heldout")["test_rows"], dtype=np.int64)
+    obs, held = thirds(count_row_set(source_of(store), held_rows).to_scipy())
+    view = bnmf.TopicView.from_params(g, h, dtype=np.float64)
+    ll, tokens = bnmf.completion_loglik(obs.indptr, obs.indices, obs.data, held.data, view, g / h, hyper,
+                                        config.inference_settings())
+    fit = bnmf.local_step(obs.indptr, obs.indices, obs.data, view, hyper, config.inference_settings(),
+                          with_stats=False)
+    beta = g / h
+    check = mixture_loglik(fit.a / bnmf.theta_rate(view, hyper) * beta.sum(axis=0), beta.T, held)
+    return {"heldout_ll": ll / tokens, "heldout_ll_mixture_form": check}
+
+
+def run_buffet(args) -> dict:
+    from buffet.pipeline.engine.cluster import dask_client
+    from buffet.pipeline.engine.dataset import source_of
     from buffet.pipeline.engine.engine import Engine
-    from buffet.pipeline.models.bnmf import BNMFConfig
     from buffet.pipeline.reports.bnmf import make_driver
 
-    config = BNMFConfig(n_topics=args.k, batch_size=args.batch_size, passes=1, seed=args.seed,
-                        precision=args.precision, accelerate=args.accelerate,
-                        **({"max_sweeps": args.max_sweeps} if args.max_sweeps else {}),
-                        chunk_rows=args.chunk_rows or max(1, args.batch_size // max(1, args.workers)))
+    config = buffet_config(args)
     with PeakMemory() as mem:
         with dask_client(args.workers, dashboard=False, quiet=True, worker_kind=args.worker_kind) as client:
             driver = make_driver(config, source_of(args.store), Engine(client))
@@ -71,24 +97,44 @@ def run_buffet(args) -> dict:
                 seconds = time.perf_counter() - t0
                 own = mem.own_cpu_seconds()
         g, h = driver.globals["g"], driver.globals["h"]
-    hyper = driver.model.hyper
-    held_rows = np.asarray(Dataset(args.store).split("heldout")["test_rows"], dtype=np.int64)
-    X_test = count_row_set(source_of(args.store), held_rows).to_scipy()
-    obs, held = thirds(X_test)
-    view = bnmf.TopicView.from_params(g, h, dtype=np.float64)
-    ll, tokens = bnmf.completion_loglik(obs.indptr, obs.indices, obs.data, held.data, view, g / h, hyper,
-                                        config.inference_settings())
-    fit = bnmf.local_step(obs.indptr, obs.indices, obs.data, view, hyper, config.inference_settings(),
-                          with_stats=False)
-    beta = g / h
-    check = mixture_loglik(fit.a / bnmf.theta_rate(view, hyper) * beta.sum(axis=0), beta.T, held)
     return {"seconds": seconds, "docs": driver.corpus.n_train, "peak_rss_mb": mem.peak / 2**20,
-            "cpu_seconds": own, "foreign_load_cores": load.cores(own),
-            "heldout_ll": ll / tokens, "heldout_ll_mixture_form": check,
+            "cpu_seconds": own, "foreign_load_cores": load.cores(own), **buffet_heldout(args.store, g, h, config),
             "mean_sweeps": float(np.mean([r["mean_sweeps"] for r in trace])),
             "chunk_rows": config.chunk_rows, "steps": len(trace), "precision": args.precision,
             "accelerate": args.accelerate, "worker_kind": args.worker_kind,
-            "max_sweeps": config.max_sweeps}
+            "max_sweeps": config.max_sweeps, "settings": dict(args.set)}
+
+
+def run_buffet_cli(args) -> dict:
+    """The whole ``buffet fit bnmf`` command, start-up and shutdown included, with no held-out scoring
+    while it fits (``--eval-every 0``); the loop's own time is the run trace's last ``seconds``."""
+    from buffet.pipeline.engine.codec import from_arrays
+    from buffet.pipeline.engine.runstore import RunStore
+
+    config = buffet_config(args)
+    with tempfile.TemporaryDirectory() as tmp:
+        run = str(Path(tmp) / "run")
+        cmd = [str(Path(sys.executable).with_name("buffet")), "fit", "bnmf", args.store, "--out", run,
+               "--k", str(args.k), "--batch-size", str(args.batch_size), "--split", "heldout", "--eval-every", "0",
+               "--chunk-rows", str(config.chunk_rows), "--seed", str(args.seed), "--precision", args.precision,
+               "--max-sweeps", str(config.max_sweeps), "--workers", str(args.workers),
+               "--worker-kind", args.worker_kind, "--quiet",
+               *(["--accelerate"] if args.accelerate else []),
+               *[part for name, value in args.set for part in (f"--{name.replace('_', '-')}", str(value))]]
+        before = resource.getrusage(resource.RUSAGE_CHILDREN)
+        with ForeignLoad() as load:
+            measured = run_measured(cmd)
+        after = resource.getrusage(resource.RUSAGE_CHILDREN)
+        own = after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime
+        checkpoint = RunStore(run).read_checkpoint()
+    trace, fitted = checkpoint.state["trace"], from_arrays(checkpoint.globals)
+    g, h = fitted["g"], fitted["h"]
+    return {"seconds": measured["seconds"], "loop_seconds": trace[-1]["seconds"],
+            "outside_loop_seconds": measured["seconds"] - trace[-1]["seconds"], "docs": trace[-1]["docs_seen"],
+            "peak_rss_mb": measured["peak_rss_mb"], "cpu_seconds": own, "foreign_load_cores": load.cores(own),
+            **buffet_heldout(args.store, g, h, config), "command": measured["command"],
+            "chunk_rows": config.chunk_rows, "steps": len(trace), "precision": args.precision,
+            "worker_kind": args.worker_kind, "max_sweeps": config.max_sweeps, "settings": dict(args.set)}
 
 
 def run_sklearn(args) -> dict:
@@ -140,7 +186,18 @@ def run_gensim(args) -> dict:
             "gensim_class": "LdaMulticore" if args.workers >= 1 else "LdaModel"}
 
 
-SYSTEMS = {"buffet": run_buffet, "sklearn": run_sklearn, "gensim": run_gensim}
+def setting(text: str) -> tuple[str, float | int | str]:
+    """A ``NAME=VALUE`` BNMFConfig setting, the value read as an int, a float or else a string."""
+    name, _, value = text.partition("=")
+    for kind in (int, float):
+        try:
+            return name, kind(value)
+        except ValueError:
+            pass
+    return name, value
+
+
+SYSTEMS = {"buffet": run_buffet, "buffet-cli": run_buffet_cli, "sklearn": run_sklearn, "gensim": run_gensim}
 
 
 def main() -> None:
@@ -161,6 +218,8 @@ def main() -> None:
                         "always runs to BNMFConfig.eval_max_sweeps)")
     p.add_argument("--worker-kind", choices=("processes", "threads"), default="threads",
                    help="buffet: LocalCluster workers as processes or threads (the CLI's default for bnmf: threads)")
+    p.add_argument("--set", action="append", default=[], type=setting, metavar="NAME=VALUE",
+                   help="buffet: any other BNMFConfig setting, e.g. --set kappa=0.7 (repeatable)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--results", default=str(Path(__file__).resolve().parent / "results.jsonl"))
     p.add_argument("--tag", default="")

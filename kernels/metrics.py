@@ -5,7 +5,20 @@ NumPy/SciPy."""
 from __future__ import annotations
 
 import numpy as np
-from scipy.stats import rankdata
+
+
+def average_ranks(values: np.ndarray) -> np.ndarray:
+    """Ranks 1..n of ``values``, tied values sharing the mean of their ranks (what the rank-sum needs;
+    plain NumPy, so the CLI does not import scipy.stats, a second of start-up)."""
+    values = np.asarray(values).ravel()
+    order = np.argsort(values, kind="stable")
+    ordered = values[order]
+    first = np.r_[True, ordered[1:] != ordered[:-1]]
+    starts = np.flatnonzero(first)
+    ends = np.r_[starts[1:], len(values)]
+    ranks = np.empty(len(values))
+    ranks[order] = ((starts + 1 + ends) / 2.0)[np.cumsum(first) - 1]
+    return ranks
 
 
 def auc(scores: np.ndarray, labels: np.ndarray) -> float:
@@ -15,7 +28,7 @@ def auc(scores: np.ndarray, labels: np.ndarray) -> float:
     n_pos, n_neg = positives.sum(), (~positives).sum()
     if n_pos == 0 or n_neg == 0:
         return float("nan")
-    ranks = rankdata(scores)
+    ranks = average_ranks(scores)
     return float((ranks[positives].sum() - n_pos * (n_pos + 1) / 2) / (n_pos * n_neg))
 
 

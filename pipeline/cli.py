@@ -24,10 +24,11 @@ from buffet.data.errors import UserError
 from buffet.data.urls import exists, join, normalise, parse_storage_options, set_default_storage_options, write_bytes
 from buffet.kernels.bnmf import top_words, topic_mass
 from buffet.pipeline.engine.cluster import CLUSTER_KINDS, DASHBOARD_ADDRESS, WORKER_KINDS, dask_client
+from buffet.pipeline.engine.codec import from_arrays
 from buffet.pipeline.engine.dataset import source_of
 from buffet.pipeline.engine.engine import Engine
 from buffet.pipeline.engine.messages import console, explain
-from buffet.pipeline.engine.runs import config_from, fit_run, models, restored, resume_run, spec_for
+from buffet.pipeline.engine.runs import config_from, fit_run, models, resume_run, run_source, spec_for
 from buffet.pipeline.engine.runstore import RunStore, encode_arrays
 from buffet.pipeline.engine.settings import option_help
 from buffet.pipeline.reports.outputs import evaluate_run, export_run, report_run
@@ -266,9 +267,9 @@ def _print_topics(run: RunStore) -> None:
     """The top words of the 20 heaviest topics of a topic model's run."""
     if run.model not in TOPIC_MODELS or not run.has_checkpoint():
         return
-    driver, _ = restored(run, Engine())
-    g, h = driver.globals["g"], driver.globals["h"]
-    words = top_words(g, h, driver.corpus.vocab)
+    arrays = from_arrays(run.read_checkpoint().globals)  # not the driver: that would read the whole corpus
+    g, h = arrays["g"], arrays["h"]
+    words = top_words(g, h, run_source(run).open().strings("vocab"))
     for k in np.argsort(-topic_mass(g, h))[:20]:
         print(f"topic {k:3d}: {' '.join(words[k])}")
 

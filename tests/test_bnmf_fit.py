@@ -119,3 +119,15 @@ def test_params_round_trip_and_bad_settings_are_refused():
         BayesianNMF(n_topics=0).fit(np.ones((2, 3)))
     with pytest.raises(UserError, match="not fitted"):
         BayesianNMF().transform(np.ones((2, 3)))
+
+
+def test_eval_every_zero_scores_nothing_while_fitting(tmp_path, corpus_store):
+    config = BNMFConfig(n_topics=4, batch_size=400, passes=1, chunk_rows=400, eval_every=0)
+    run = fit_run("bnmf", source_of(corpus_store), tmp_path / "run", config, Engine(), quiet=True)
+    trace = checkpoint(run)[1]
+    assert trace and not any("heldout_ll" in r for r in trace)
+    scored = fit_run("bnmf", source_of(corpus_store), tmp_path / "scored", BNMFConfig(**{**vars(config), "eval_every": 5}),
+                     Engine(), quiet=True)
+    assert "heldout_ll" in checkpoint(scored)[1][-1]  # the store has a split, so the last step is scored
+    with pytest.raises(UserError, match="eval_every"):
+        BNMFConfig(eval_every=-1).check()

@@ -69,8 +69,9 @@ class TopicModelConfig:
                                     "on average over a sweep (> 0). Smaller fits documents more exactly, slower.")
     chunk_rows: int = option(500, "Rows (documents) per block task. Larger blocks mean less task overhead, "
                                   "smaller ones more parallelism and less memory per task.")
-    eval_every: int = option(10, "Score held-out documents every this many steps (and after the last). Raise it "
-                                 "to spend less time evaluating; the run's trace records the scores.")
+    eval_every: int = option(10, "Score held-out documents every this many steps (and after the last); 0: never "
+                                 "while fitting (`buffet evaluate RUN` scores the run afterwards). Raise it to "
+                                 "spend less time evaluating; the run's trace records the scores.")
     eval_docs: int = option(1000, "At most this many held-out documents (drawn by --seed) are scored while "
                                   "fitting; `buffet evaluate` scores all of them. Lower it to evaluate faster.")
     checkpoint_every: int = checkpoint_option(20, "steps")
@@ -80,8 +81,9 @@ class TopicModelConfig:
         """Refuse settings that cannot work, naming the setting."""
         if self.mode not in ("batch", "svi"):
             raise UserError(f"mode must be 'batch' or 'svi', got {self.mode!r}")
-        require_counts(self, ("n_topics", "batch_size", "passes", "max_iter", "chunk_rows", "eval_every",
-                              "checkpoint_every"))
+        require_counts(self, ("n_topics", "batch_size", "passes", "max_iter", "chunk_rows", "checkpoint_every"))
+        if self.eval_every < 0:
+            raise UserError(f"eval_every must be >= 0 (0: never while fitting), got {self.eval_every}")
         require_positive(self, ("c0", "local_tol", "t0"))
         if not 0.5 < self.kappa <= 1.0:
             raise UserError(f"kappa must be in (0.5, 1], got {self.kappa}")
@@ -215,9 +217,15 @@ class TopicDriver:
 
     def step(self, step: int) -> dict:
         record = self._batch_step() if self.config.mode == "batch" else self._svi_step(step)
-        if ((step + 1) % self.config.eval_every == 0 or step + 1 >= self.total_steps()) and self.eval_rows:
+        if self._scores_after(step) and self.eval_rows:
             record["heldout_ll"] = self.heldout_loglik()
         return record
+
+    def _scores_after(self, step: int) -> bool:
+        """Whether held-out documents are scored after ``step``: every ``eval_every`` steps and after the
+        last, never with ``eval_every`` 0."""
+        every = self.config.eval_every
+        return every > 0 and ((step + 1) % every == 0 or step + 1 >= self.total_steps())
 
     # -- batch VB --
     def _batch_step(self) -> dict:
