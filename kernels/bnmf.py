@@ -13,6 +13,7 @@ or group (BLAS sums a padded product in a length-dependent order).
 
 from __future__ import annotations
 
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Callable
 
@@ -48,9 +49,24 @@ class TopicView:
     beta_sum: np.ndarray       # (K,)   sum_v E beta_vk
 
     @classmethod
-    def from_params(cls, g: np.ndarray, h: np.ndarray, dtype=np.float64) -> "TopicView":
-        """``dtype=np.float32`` (opt-in) makes the local step sweep in single precision."""
-        return cls(np.exp(digamma(g) - np.log(h)).astype(dtype, copy=False), (g / h).sum(axis=0))
+    def from_params(cls, g: np.ndarray, h: np.ndarray, dtype=np.float64, threads: int = 1) -> "TopicView":
+        """``dtype=np.float32`` (opt-in) makes the local step sweep in single precision. ``threads`` > 1
+        computes exp(E ln beta) by row slices on that many threads: the same numbers (it is elementwise),
+        in about 1/threads of the time of the digamma, which dominates the client's share of an SVI step."""
+        out = np.empty(g.shape, dtype=dtype)
+        bounds = np.linspace(0, len(g), max(threads, 1) + 1).astype(int)
+
+        def fill(lo: int, hi: int) -> None:
+            elog = digamma(g[lo:hi])
+            elog -= np.log(h[lo:hi])
+            np.exp(elog, out=out[lo:hi])
+
+        if threads > 1:
+            with ThreadPoolExecutor(threads) as pool:
+                list(pool.map(fill, bounds[:-1], bounds[1:]))
+        else:
+            fill(0, len(g))
+        return cls(out, (g / h).sum(axis=0))
 
 
 @dataclass
@@ -356,9 +372,17 @@ def batch_update(S: np.ndarray, theta_sum: np.ndarray, hyper: Hyper) -> tuple[np
 
 def stochastic_update(g: np.ndarray, h: np.ndarray, S: np.ndarray, theta_sum: np.ndarray,
                       hyper: Hyper, scale: float, rho: float) -> tuple[np.ndarray, np.ndarray]:
-    """Natural-gradient step with the minibatch statistics scaled by D/|C_t| (eqs. 11.33-11.34)."""
-    g_hat, h_hat = batch_update(scale * S, scale * theta_sum, hyper)
-    return (1 - rho) * g + rho * g_hat, (1 - rho) * h + rho * h_hat
+    """Natural-gradient step with the minibatch statistics scaled by D/|C_t| (eqs. 11.33-11.34):
+    (1 - rho) q + rho q_hat with q_hat the batch update (``batch_update``) of the scaled statistics,
+    computed with two V x K temporaries instead of seven (h_hat is one row, broadcast)."""
+    step = np.multiply(S, scale)
+    step += hyper.c0 / hyper.n_words
+    step *= rho
+    g_new = np.multiply(g, 1 - rho)
+    g_new += step
+    h_new = np.multiply(h, 1 - rho)
+    h_new += rho * (hyper.c0 + scale * theta_sum)
+    return g_new, h_new
 
 
 def step_size(t: int, t0: float, kappa: float) -> float:

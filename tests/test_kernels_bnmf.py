@@ -192,3 +192,30 @@ def test_completion_loglik_matches_dense_computation():
 def test_step_size_schedule():
     assert bnmf.step_size(0, 1.0, 0.5) == 1.0
     assert bnmf.step_size(3, 1.0, 0.5) == pytest.approx(0.5)
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_topic_view_on_threads_is_the_same_bit_for_bit(dtype):
+    rng = np.random.default_rng(4)
+    g, h = rng.gamma(0.5, 2.0, (301, 7)) + 1e-3, rng.gamma(5.0, 1.0, (301, 7))
+    one = bnmf.TopicView.from_params(g, h, dtype=dtype)
+    single = dtype == np.float32  # float32 rounds the tiniest values to zero
+    np.testing.assert_allclose(one.exp_elog_beta, np.exp(digamma(g) - np.log(h)), rtol=1e-6 if single else 1e-15,
+                               atol=1e-37 if single else 0.0)
+    for threads in (2, 3):
+        many = bnmf.TopicView.from_params(g, h, dtype=dtype, threads=threads)
+        assert many.exp_elog_beta.dtype == dtype
+        np.testing.assert_array_equal(many.exp_elog_beta, one.exp_elog_beta)
+        np.testing.assert_array_equal(many.beta_sum, one.beta_sum)
+
+
+def test_stochastic_update_blends_the_batch_update_of_the_scaled_statistics():
+    """Eqs. 11.33-11.34: (1 - rho) q + rho q_hat, q_hat the batch update of D/|C_t| times the statistics."""
+    X, rng = _corpus(seed=2)
+    hyper, g, h = _globals(X, 4, rng)
+    S, theta_sum = rng.gamma(1.0, 1.0, g.shape), rng.gamma(1.0, 1.0, 4)
+    for rho in (1.0, 0.37):
+        g_hat, h_hat = bnmf.batch_update(25.0 * S, 25.0 * theta_sum, hyper)
+        g_new, h_new = bnmf.stochastic_update(g, h, S, theta_sum, hyper, 25.0, rho)
+        np.testing.assert_array_equal(g_new, (1 - rho) * g + rho * g_hat)
+        np.testing.assert_array_equal(h_new, (1 - rho) * h + rho * h_hat)

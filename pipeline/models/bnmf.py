@@ -16,7 +16,7 @@ from buffet.kernels import bnmf
 from buffet.pipeline.engine.engine import BlockSet, Engine
 from buffet.pipeline.engine.seeds import stream
 from buffet.pipeline.engine.settings import option, require_counts
-from buffet.pipeline.models.topics import Corpus, TopicModelConfig
+from buffet.pipeline.models.topics import CLIENT_THREADS, Corpus, TopicModelConfig
 
 
 @dataclass
@@ -86,7 +86,8 @@ class BNMF:
 
     def local_view(self, globals_: dict[str, Any]) -> bnmf.TopicView:
         """The topic expectations the local steps sweep with, in the configured precision."""
-        return bnmf.TopicView.from_params(globals_["g"], globals_["h"], dtype=np.dtype(self.config.precision))
+        return bnmf.TopicView.from_params(globals_["g"], globals_["h"], dtype=np.dtype(self.config.precision),
+                                          threads=CLIENT_THREADS)
 
     def batch_local(self, rows: CSRRows, a: np.ndarray | None, view: bnmf.TopicView) -> tuple[np.ndarray, dict]:
         """q(theta_d) of a block warm-started from its last shapes, with the block's statistics."""

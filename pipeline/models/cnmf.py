@@ -22,7 +22,7 @@ from buffet.pipeline.engine.dataset import count_blocks, row_ranges
 from buffet.pipeline.engine.engine import BlockSet, Engine
 from buffet.pipeline.engine.seeds import stream
 from buffet.pipeline.engine.settings import option, require_counts, require_positive
-from buffet.pipeline.models.topics import Corpus, TopicModelConfig
+from buffet.pipeline.models.topics import CLIENT_THREADS, Corpus, TopicModelConfig
 
 Locals = tuple[np.ndarray, np.ndarray]  # a block's (u_d rows, alpha_d)
 
@@ -86,7 +86,7 @@ class CNMF:
 
     def local_view(self, globals_: dict[str, Any]) -> tuple[bnmf.TopicView, np.ndarray]:
         """What the local steps read: the expectations of q(beta) (eq. 11.24) and L."""
-        return bnmf.TopicView.from_params(globals_["g"], globals_["h"]), globals_["L"]
+        return bnmf.TopicView.from_params(globals_["g"], globals_["h"], threads=CLIENT_THREADS), globals_["L"]
 
     def batch_local(self, rows: CSRRows, last: Locals | None, view: tuple) -> tuple[Locals, dict]:
         """(u_d, alpha_d) of a block warm-started from its last u_d, with the block's statistics."""

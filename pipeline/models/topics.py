@@ -18,6 +18,7 @@ Held-out documents (the ``split``'s rows) are scored by threefold document compl
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -33,6 +34,7 @@ from buffet.pipeline.engine.settings import (checkpoint_option, option, require_
                                              split_option)
 
 EVAL_BLOCK_ROWS = 500  # held-out documents per scoring block
+CLIENT_THREADS = min(os.cpu_count() or 1, 4)  # threads for the client's topic view, while the workers wait
 
 
 @dataclass
