@@ -12,13 +12,14 @@ The workers' CPU is the process's CPU minus the client thread's.
 from __future__ import annotations
 
 import argparse
+import importlib
 import json
 import time
 
 T0 = time.perf_counter()
 C0 = time.process_time()
+importlib.import_module("buffet.pipeline.cli")  # what the command imports before it starts
 
-from buffet.pipeline import cli  # noqa: E402,F401  (what the command imports before it starts)
 from buffet.pipeline.engine.cluster import dask_client  # noqa: E402
 from buffet.pipeline.engine.dataset import source_of  # noqa: E402
 from buffet.pipeline.engine.engine import Engine  # noqa: E402
