@@ -44,6 +44,7 @@ from buffet.kernels import bnmf
 
 ARMIJO = 1e-4  # sufficient-increase constant of the backtracking line searches
 EXACTNESS = (1.0, 0.9, 0.8, 0.6, 0.3, 0.0)  # fractions of the missing information tried (newton_directions)
+FLAT = 1e-10  # a local Newton step whose predicted rise g.direction is below FLAT |f_d| is taken whole
 SLICE_DOCS = 128  # documents fitted together; bounds their gathered (nonzeros x K) rows, ~30 MB at K = 100
 TOPIC_STEP_HALVINGS = 30  # candidate step sizes 1, 1/2, ..., 2^-30 of the batch l_k line search
 Stats = Mapping[str, np.ndarray]  # summed LocalResult.statistics()
@@ -254,12 +255,17 @@ def newton_step(docs: Docs, view: bnmf.TopicView, L: np.ndarray, U: np.ndarray, 
     are at their optima) and the exact Hessian (``doc_precision``) where it is negative definite, so
     the steps converge quadratically near a maximum; elsewhere a curvature between it and the bound's at
     fixed p^(vd) (``newton_directions``). The step is halved until f_d rises by
-    ARMIJO x step x g.direction, and a document with no such step stays where it is.
+    ARMIJO x step x g.direction, and a document with no such step stays where it is. A step whose
+    predicted rise g.direction is below FLAT |f_d| is taken whole: there f_d's change is near its
+    rounding, which would decide the halvings (and then the same document would end elsewhere by up
+    to ~1e-7 when the globals change in their last digit, as they do with the chunking), while
+    the quadratic model the step solves is exact to far below that.
     Returns the new locations and their f_d.
     """
     grad = doc_gradient(state, view, L, U)
     direction = newton_directions(bound_precision(state, view, L), missing_information(docs, state, L), grad)
     slope = np.einsum("nm,nm->n", grad, direction)
+    flat = slope <= FLAT * np.maximum(1.0, np.abs(state.f))
     step, f_new = np.zeros(len(U)), state.f.copy()
     pending, size = np.arange(len(U)), 1.0
     for _ in range(max_halvings + 1):
@@ -267,7 +273,7 @@ def newton_step(docs: Docs, view: bnmf.TopicView, L: np.ndarray, U: np.ndarray, 
             break
         trial = U[pending] + size * direction[pending]
         f_trial = _doc_state(docs.subset(pending), view, L, trial, with_p=False).f
-        ok = f_trial >= state.f[pending] + ARMIJO * size * slope[pending]
+        ok = (f_trial >= state.f[pending] + ARMIJO * size * slope[pending]) | flat[pending]
         step[pending[ok]], f_new[pending[ok]] = size, f_trial[ok]
         pending, size = pending[~ok], size / 2
     return U + step[:, None] * direction, f_new

@@ -83,8 +83,9 @@ def _reference_local_step(X, view, L, settings):
         for _ in range(settings.max_steps):
             grad, step = _reference_direction(idx, x, view, L, u)
             f0, size, new = _doc_objective(idx, x, view, L, u), 1.0, u
+            flat = grad @ step <= cnmf.FLAT * max(1.0, abs(f0))
             for _ in range(settings.max_halvings + 1):
-                if _doc_objective(idx, x, view, L, u + size * step) >= f0 + cnmf.ARMIJO * size * grad @ step:
+                if flat or _doc_objective(idx, x, view, L, u + size * step) >= f0 + cnmf.ARMIJO * size * grad @ step:
                     new = u + size * step
                     break
                 size /= 2
@@ -99,20 +100,15 @@ def _reference_local_step(X, view, L, settings):
 def test_vectorised_local_step_equals_per_document_loop():
     """Both solvers take the same Newton steps, so they agree to rounding except where a stopping test
     (step moved < tol) falls the other way on rounding; then one of them has taken one more step, and that
-    step moved less than tol. So u is compared at atol = tol (measured difference here: 3e-15).
-
-    tol must stay above what the Armijo line search can resolve: near the optimum a step of size s
-    raises f_d (~ -70 here) by ~ H s^2 (H ~ 40), which falls to a few ulps of f_d (~1e-14) at
-    s ~ 5e-8; below that, whether a step is accepted or halved is decided by rounding, and at tol = 1e-8
-    the two solvers stopped 1.9e-8 apart on another CPU. At tol = 1e-6 the last steps still gain
-    ~1e-11, a thousand times the rounding of f_d. max_steps = 60 leaves most documents mid-path, so the
-    comparison follows their Newton iterates step by step.
+    step moved less than tol. So u is compared at atol = tol (measured difference here: 3e-15). The
+    documents stop after 4-7 steps; the steps near the optimum are taken whole (cnmf.FLAT), so rounding in
+    f_d does not decide their size, and tol can be as small as 1e-10.
 
     The statistics are compared with the loop's formulas evaluated at the returned u (the kernel promises
     statistics of its returned locals), so they agree to rounding."""
     X, hyper, g, h, L, prior, _ = _setup()
     view = bnmf.TopicView.from_params(g, h)
-    settings = cnmf.LocalSettings(tol=1e-6, max_steps=60)
+    settings = cnmf.LocalSettings(tol=1e-10, max_steps=60)
     res = cnmf.local_step(X.indptr, X.indices, X.data, view, L, settings)
     U = _reference_local_step(X, view, L, settings)
     np.testing.assert_allclose(res.u, U, rtol=0, atol=settings.tol)
@@ -219,17 +215,22 @@ def test_topic_gradient_equals_finite_differences_and_batch_step_ascends():
 
 
 def test_each_newton_step_does_not_decrease_the_document_objective():
+    """Every step rises by the Armijo condition, except the steps taken whole where f_d cannot resolve
+    the rise (cnmf.FLAT): those may lower f_d by its rounding (measured: at most 4 ulp), allowed here as
+    1e-14 |f_d|."""
     X, hyper, g, h, L, prior, rng = _setup(seed=3)
     view = bnmf.TopicView.from_params(g, h)
     L = 3 * L  # large steps and indefinite Hessians, so the line search and the fallbacks have work to do
     U = rng.normal(size=(X.shape[0], L.shape[1]))
-    docs = _docs(X, view, L)
+    docs, rises = _docs(X, view, L), []
     for _ in range(8):
         state = cnmf._doc_state(docs, view, L, U)
         U, f_new = cnmf.newton_step(docs, view, L, U, state, 30)
         after = cnmf._doc_state(docs, view, L, U).f
         np.testing.assert_allclose(after, f_new, rtol=1e-12)
-        assert (after >= state.f).all()
+        assert (after >= state.f - 1e-14 * np.abs(state.f)).all()
+        rises.append(after - state.f)
+    assert (rises[0] > 1e-3).sum() >= 30
 
 
 def _iterates(X, view, L, n_steps):
@@ -245,10 +246,10 @@ def _iterates(X, view, L, n_steps):
 
 def test_local_newton_steps_converge_quadratically(monkeypatch):
     """Per document, the error e_t = |u_t - u*| (max norm; u* after 40 steps) of the local steps falls as
-    e_{t+1} <= 10 e_t^2 once below 0.1 (measured: at most ~0.5 e_t^2) and reaches 1e-9 in 5-9 steps (16 at
-    one document that starts where f_d is not concave). Newton steps with the bound's curvature at fixed
-    p^(vd) alone (EXACTNESS = (0,): the steps before this change, with alpha_d profiled) converge linearly:
-    after 12 steps their median error is 2e-3 (measured)."""
+    e_{t+1} <= 20 e_t^2 once below 0.1 (measured: at most 5.0 e_t^2, over 87 steps) and reaches 1e-9 in 5-9
+    steps. Newton steps with the bound's curvature at fixed p^(vd) alone (EXACTNESS = (0,): the steps
+    before this change, with alpha_d profiled) converge linearly: after 12 steps their median error is
+    still 2e-3 (measured)."""
     rng = np.random.default_rng(7)
     X, beta = cnmf_corpus(30, 40, rng.normal(size=(6, 4)), rng, length=120)
     view = bnmf.TopicView.from_params(0.05 + 500 * beta, np.full_like(beta, 500.0))
@@ -258,9 +259,9 @@ def test_local_newton_steps_converge_quadratically(monkeypatch):
     now, after = errors[:-1], errors[1:]
     close = (now < 0.1) & (now > 1e-7)  # below 1e-7 the next error is rounding
     assert close.sum() >= 30
-    assert (after[close] <= 10 * now[close] ** 2).all(), (after[close] / now[close] ** 2).max()
+    assert (after[close] <= 20 * now[close] ** 2).all(), (after[close] / now[close] ** 2).max()
     to_1e9 = (errors < 1e-9).argmax(axis=0) + 1
-    assert np.median(to_1e9) <= 8 and to_1e9.max() <= 20, to_1e9
+    assert np.median(to_1e9) <= 8 and to_1e9.max() <= 12, to_1e9
 
     monkeypatch.setattr(cnmf, "EXACTNESS", (0.0,))
     linear = _iterates(X, view, L, 12)
