@@ -38,6 +38,7 @@ from typing import Iterator, Mapping
 
 import numpy as np
 import scipy.sparse as sp
+from scipy.linalg.lapack import dpotrf
 from scipy.special import gammaln, xlogy
 
 from buffet.kernels import bnmf
@@ -230,20 +231,24 @@ def doc_precision(docs: Docs, state: _DocState, view: bnmf.TopicView, L: np.ndar
     return bound_precision(state, view, L) - missing_information(docs, state, L)
 
 
+def positive_definite(matrices: np.ndarray) -> np.ndarray:
+    """Whether each of a stack of symmetric matrices has a Cholesky factor (LAPACK dpotrf, one matrix at a
+    time: it reports failure instead of raising, which a stacked numpy factorisation cannot do per matrix)."""
+    return np.array([dpotrf(matrix, lower=1)[1] == 0 for matrix in matrices], dtype=bool)
+
+
 def newton_directions(bound: np.ndarray, missing: np.ndarray, grad: np.ndarray) -> np.ndarray:
     """Per document, P^-1 grad with P = bound - c missing for the first c of EXACTNESS whose P is positive
-    definite (has a Cholesky factor): the exact Hessian (c = 1) where f_d is concave, else part of the way
-    to the bound's curvature (c = 0, always positive definite), so every direction ascends."""
-    chosen = bound.copy()
-    for d in range(len(grad)):
-        for c in EXACTNESS[:-1]:
-            trial = bound[d] - c * missing[d]
-            try:
-                np.linalg.cholesky(trial)
-            except np.linalg.LinAlgError:
-                continue
-            chosen[d] = trial
+    definite: the exact Hessian (c = 1) where f_d is concave, else part of the way to the bound's curvature
+    (c = 0, always positive definite), so every direction ascends."""
+    chosen, left = bound.copy(), np.arange(len(grad))
+    for c in EXACTNESS[:-1]:
+        if not len(left):
             break
+        trial = bound[left] - c * missing[left]
+        ok = positive_definite(trial)
+        chosen[left[ok]] = trial[ok]
+        left = left[~ok]
     return np.linalg.solve(chosen, grad[:, :, None])[:, :, 0]
 
 
