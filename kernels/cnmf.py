@@ -116,6 +116,8 @@ class Docs:
 
     def subset(self, docs: np.ndarray) -> "Docs":
         """The documents ``docs`` (increasing positions), their rows copied rather than gathered again."""
+        if len(docs) == len(self.length):
+            return self
         sizes = np.diff(self.indptr)[docs]
         indptr = np.concatenate([[0], np.cumsum(sizes)])
         at = np.repeat(self.indptr[docs] - indptr[:-1], sizes) + np.arange(indptr[-1])
