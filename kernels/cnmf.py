@@ -114,15 +114,18 @@ class Docs:
                     - 0.5 * n_dims * np.log(2 * np.pi))
         return cls(indptr, counts, rows, view.exp_elog_beta[indices], length, constant)
 
+    def positions(self, docs: np.ndarray) -> np.ndarray:
+        """Where the nonzeros of the documents ``docs`` (increasing positions) are in the per-nonzero arrays."""
+        sizes = np.diff(self.indptr)[docs]
+        return np.repeat(self.indptr[docs] - (np.cumsum(sizes) - sizes), sizes) + np.arange(sizes.sum())
+
     def subset(self, docs: np.ndarray) -> "Docs":
         """The documents ``docs`` (increasing positions), their rows copied rather than gathered again."""
         if len(docs) == len(self.length):
             return self
-        sizes = np.diff(self.indptr)[docs]
-        indptr = np.concatenate([[0], np.cumsum(sizes)])
-        at = np.repeat(self.indptr[docs] - indptr[:-1], sizes) + np.arange(indptr[-1])
-        return Docs(indptr, self.counts[at], np.repeat(np.arange(len(docs)), sizes), self.words[at],
-                    self.length[docs], self.constant[docs])
+        sizes, at = np.diff(self.indptr)[docs], self.positions(docs)
+        return Docs(np.concatenate([[0], np.cumsum(sizes)]), self.counts[at], np.repeat(np.arange(len(docs)), sizes),
+                    self.words[at], self.length[docs], self.constant[docs])
 
 
 def _slices(indptr: np.ndarray, indices: np.ndarray, counts: np.ndarray, view: bnmf.TopicView,
@@ -144,6 +147,16 @@ class _DocState:
     ratio: np.ndarray   # (nnz,) X_dv / phi
     w: np.ndarray       # (n, K) w_kd
     n: np.ndarray       # (n, K) n_kd = sum_v X_dv p_k^(vd)
+
+    def take(self, docs: np.ndarray, nonzeros: np.ndarray) -> "_DocState":
+        """The state of the documents ``docs``, whose nonzeros are at ``nonzeros``."""
+        return _DocState(self.f[docs], self.scaled[docs], self.phi[nonzeros], self.ratio[nonzeros], self.w[docs],
+                         self.n[docs])
+
+    def put(self, docs: np.ndarray, nonzeros: np.ndarray, part: "_DocState") -> None:
+        """Overwrite the state of the documents ``docs`` (nonzeros at ``nonzeros``) with ``part``'s."""
+        self.f[docs], self.scaled[docs], self.w[docs], self.n[docs] = part.f, part.scaled, part.w, part.n
+        self.phi[nonzeros], self.ratio[nonzeros] = part.phi, part.ratio
 
 
 def _rowsum(rows: np.ndarray, values: np.ndarray, n_docs: int) -> np.ndarray:
@@ -254,8 +267,8 @@ def newton_directions(bound: np.ndarray, missing: np.ndarray, grad: np.ndarray) 
     return np.linalg.solve(chosen, grad[:, :, None])[:, :, 0]
 
 
-def newton_step(docs: Docs, view: bnmf.TopicView, L: np.ndarray, U: np.ndarray, state: _DocState,
-                max_halvings: int) -> tuple[np.ndarray, np.ndarray]:
+def newton_step(docs: Docs, view: bnmf.TopicView, L: np.ndarray, U: np.ndarray,
+                state: _DocState, max_halvings: int) -> tuple[np.ndarray, _DocState]:
     """One Newton step on every u_d with a backtracking (Armijo) line search on f_d (SPEC 3.6).
 
     The direction H^-1 g uses the gradient of f_d (``doc_gradient``, exact since p^(vd) and alpha_d
@@ -267,23 +280,26 @@ def newton_step(docs: Docs, view: bnmf.TopicView, L: np.ndarray, U: np.ndarray, 
     rounding, which would decide the halvings (and then the same document would end elsewhere by up
     to ~1e-7 when the globals change in their last digit, as they do with the chunking), while
     the quadratic model the step solves is exact to far below that.
-    Returns the new locations and their f_d.
+    Returns the new locations and the state there (the accepted trials', not computed again).
     """
     grad = doc_gradient(state, view, L, U)
     direction = newton_directions(bound_precision(state, view, L), missing_information(docs, state, L), grad)
     slope = np.einsum("nm,nm->n", grad, direction)
     flat = slope <= FLAT * np.maximum(1.0, np.abs(state.f))
-    step, f_new = np.zeros(len(U)), state.f.copy()
+    step = np.zeros(len(U))
+    new = state.take(np.arange(len(U)), np.arange(len(state.phi)))
     pending, size = np.arange(len(U)), 1.0
     for _ in range(max_halvings + 1):
         if not len(pending):
             break
-        trial = U[pending] + size * direction[pending]
-        f_trial = _doc_state(docs.subset(pending), view, L, trial, with_p=False).f
-        ok = (f_trial >= state.f[pending] + ARMIJO * size * slope[pending]) | flat[pending]
-        step[pending[ok]], f_new[pending[ok]] = size, f_trial[ok]
+        part = docs.subset(pending)
+        trial = _doc_state(part, view, L, U[pending] + size * direction[pending])
+        ok = (trial.f >= state.f[pending] + ARMIJO * size * slope[pending]) | flat[pending]
+        accepted = np.flatnonzero(ok)
+        new.put(pending[ok], docs.positions(pending[ok]), trial.take(accepted, part.positions(accepted)))
+        step[pending[ok]] = size
         pending, size = pending[~ok], size / 2
-    return U + step[:, None] * direction, f_new
+    return U + step[:, None] * direction, new
 
 
 def _fit(docs: Docs, view: bnmf.TopicView, L: np.ndarray, settings: LocalSettings, U: np.ndarray,
@@ -291,17 +307,17 @@ def _fit(docs: Docs, view: bnmf.TopicView, L: np.ndarray, settings: LocalSetting
     """Newton steps (``newton_step``) on the documents ``docs`` until each stops (``LocalSettings``),
     writing their locations ``U`` and step counts ``steps`` in place."""
     live, current = np.arange(len(U)), docs
+    state = _doc_state(current, view, L, U[live])
     for _ in range(settings.max_steps):
         if not len(live):
             return
-        state = _doc_state(current, view, L, U[live])
-        new, _ = newton_step(current, view, L, U[live], state, settings.max_halvings)
+        new, state = newton_step(current, view, L, U[live], state, settings.max_halvings)
         moved = np.abs(new - U[live]).max(axis=1, initial=0.0)
         U[live] = new
         steps[live] += 1
-        going = moved >= settings.tol
-        if not going.all():
-            live, current = live[going], current.subset(np.flatnonzero(going))
+        going = np.flatnonzero(moved >= settings.tol)
+        if len(going) < len(live):
+            live, state, current = live[going], state.take(going, current.positions(going)), current.subset(going)
 
 
 def local_step(indptr: np.ndarray, indices: np.ndarray, counts: np.ndarray, view: bnmf.TopicView,
