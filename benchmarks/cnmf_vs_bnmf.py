@@ -95,7 +95,8 @@ def timed_pass(model: str, config, store: str, args):
                 seconds = time.perf_counter() - t0
                 own = mem.own_cpu_seconds()
     effort_key = driver.model.effort[0]
-    return driver, {"seconds": seconds, "docs": driver.corpus.n_train, "docs_per_second": driver.corpus.n_train / seconds,
+    docs = driver.corpus.n_train
+    return driver, {"seconds": seconds, "docs": docs, "docs_per_second": docs / seconds,
                     "cpu_seconds": own, "foreign_load_cores": load.cores(own), "peak_rss_mb": mem.peak / 2**20,
                     "steps": len(trace), effort_key: float(np.mean([r[effort_key] for r in trace]))}
 

@@ -210,7 +210,7 @@ def bound_precision(state: _DocState, view: bnmf.TopicView, L: np.ndarray) -> np
         I + sum_k B_k w_kd l_k l_k^T - a_d a_d^T / N_d,   a_d = sum_k B_k w_kd l_k,
 
     I plus N_d times the covariance of l_k under q_k propto B_k w_kd, so positive definite. (The first
-    two terms alone are the curvature with alpha_d fixed too, which the Newton steps used before.)
+    two terms alone, the curvature with alpha_d fixed too, are the Hessian SPEC 3.6 names.)
     """
     bw = view.beta_sum * state.w
     a = _per_doc(bw, L)
@@ -222,7 +222,9 @@ def bound_precision(state: _DocState, view: bnmf.TopicView, L: np.ndarray) -> np
 
 def missing_information(docs: Docs, state: _DocState, L: np.ndarray) -> np.ndarray:
     """sum_v X_dv Cov_{p^(vd)}(l) per document: how much less curved f_d is than the bound at fixed p^(vd)
-    (positive semi-definite),
+    (positive semi-definite; minus the exact Hessian of f_d is ``bound_precision`` minus this, and is not
+    positive definite everywhere, as f_d is a log-sum-exp of l_k . u_d, convex in u_d, minus another
+    plus the log prior),
 
         sum_k n_kd l_k l_k^T - sum_v X_dv y_v y_v^T,   y_v = sum_k p_k^(vd) l_k.
 
@@ -237,13 +239,6 @@ def missing_information(docs: Docs, state: _DocState, L: np.ndarray) -> np.ndarr
         Y = docs.words[lo:hi] @ (state.scaled[d][:, None] * L)
         out[d] -= (Y.T * weight[lo:hi]) @ Y
     return out
-
-
-def doc_precision(docs: Docs, state: _DocState, view: bnmf.TopicView, L: np.ndarray) -> np.ndarray:
-    """Minus the exact Hessian of f_d(u_d), per document (p^(vd) and alpha_d move with u_d):
-    ``bound_precision`` - ``missing_information``. Not positive definite everywhere: f_d is a log-sum-exp
-    of l_k . u_d (convex in u_d) minus another plus the log prior."""
-    return bound_precision(state, view, L) - missing_information(docs, state, L)
 
 
 def positive_definite(matrices: np.ndarray) -> np.ndarray:
@@ -272,10 +267,10 @@ def newton_step(docs: Docs, view: bnmf.TopicView, L: np.ndarray, U: np.ndarray,
     """One Newton step on every u_d with a backtracking (Armijo) line search on f_d (SPEC 3.6).
 
     The direction H^-1 g uses the gradient of f_d (``doc_gradient``, exact since p^(vd) and alpha_d
-    are at their optima) and the exact Hessian (``doc_precision``) where it is negative definite, so
-    the steps converge quadratically near a maximum; elsewhere a curvature between it and the bound's at
-    fixed p^(vd) (``newton_directions``). The step is halved until f_d rises by
-    ARMIJO x step x g.direction, and a document with no such step stays where it is. A step whose
+    are at their optima) and the exact Hessian (``bound_precision`` - ``missing_information``) where
+    it is negative definite, so the steps converge quadratically near a maximum; elsewhere a curvature
+    between it and the bound's at fixed p^(vd) (``newton_directions``). The step is halved until f_d
+    rises by ARMIJO x step x g.direction, and a document with no such step stays where it is. A step whose
     predicted rise g.direction is below FLAT |f_d| is taken whole: there f_d's change is near its
     rounding, which would decide the halvings (and then the same document would end elsewhere by up
     to ~1e-7 when the globals change in their last digit, as they do with the chunking), while

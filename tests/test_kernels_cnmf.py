@@ -154,8 +154,8 @@ def test_document_gradient_and_hessians_equal_finite_differences():
     docs = _docs(X, view, L)
     state = cnmf._doc_state(docs, view, L, U)
     grad = cnmf.doc_gradient(state, view, L, U)
-    precision = cnmf.doc_precision(docs, state, view, L)
     bound = cnmf.bound_precision(state, view, L)
+    precision = bound - cnmf.missing_information(docs, state, L)  # minus the exact Hessian
     assert (np.linalg.eigvalsh(precision)[:, 0] < 0).any() and (np.linalg.eigvalsh(precision)[:, 0] > 0).any()
     # Central differences: step 1e-5 for the gradient (rounding |f| ulp / eps ~ 1e-9); 1e-4 for the second
     # differences, whose rounding |f| ulp / eps^2 would be ~1e-4 at 1e-5 (truncation ~1e-7 at 1e-4).
