@@ -63,11 +63,11 @@ def corpus_store(args) -> str:
 
 
 def config_of(model: str, args):
-    """The model's settings: the CLI's defaults with K, the minibatch, one pass and the seed."""
+    """The model's settings: the CLI's defaults with K, the minibatch, the passes and the seed."""
     from buffet.pipeline.models.bnmf import BNMFConfig
     from buffet.pipeline.models.cnmf import CNMFConfig
 
-    common = {"n_topics": args.k, "batch_size": args.batch_size, "passes": 1, "seed": args.seed,
+    common = {"n_topics": args.k, "batch_size": args.batch_size, "passes": args.passes, "seed": args.seed,
               "chunk_rows": args.chunk_rows or max(1, args.batch_size // max(1, args.workers))}
     if model == "bnmf":
         return BNMFConfig(**common)
@@ -95,7 +95,7 @@ def timed_pass(model: str, config, store: str, args):
                 seconds = time.perf_counter() - t0
                 own = mem.own_cpu_seconds()
     effort_key = driver.model.effort[0]
-    docs = driver.corpus.n_train
+    docs = driver.corpus.n_train * config.passes  # documents processed
     return driver, {"seconds": seconds, "docs": docs, "docs_per_second": docs / seconds,
                     "cpu_seconds": own, "foreign_load_cores": load.cores(own), "peak_rss_mb": mem.peak / 2**20,
                     "steps": len(trace), effort_key: float(np.mean([r[effort_key] for r in trace]))}
@@ -159,6 +159,7 @@ def main() -> None:
                    help="CNMF training: stop a document's Newton steps when u_d moves by less (held-out: 1e-6)")
     p.add_argument("--max-steps", type=int, default=50, help="CNMF training: Newton steps per document at most")
     p.add_argument("--batch-size", type=int, default=1000)
+    p.add_argument("--passes", type=int, default=1, help="SVI passes (the protocol: 1)")
     p.add_argument("--workers", type=int, default=2, help="thread workers of the embedded LocalCluster")
     p.add_argument("--chunk-rows", type=int, default=None, help="rows per block (default batch/workers)")
     p.add_argument("--models", default="bnmf,cnmf", help="comma-separated, run in this order")
