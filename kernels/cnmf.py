@@ -220,6 +220,31 @@ def bound_precision(state: _DocState, view: bnmf.TopicView, L: np.ndarray) -> np
     return second + np.eye(L.shape[1]) - inv[:, None, None] * a[:, :, None] * a[:, None, :]
 
 
+def _information_through_locations(words: np.ndarray, scaled: np.ndarray, weight: np.ndarray,
+                                   L: np.ndarray) -> np.ndarray:
+    """``word_information`` through the m-vectors y_v * phi_v = (exp(E ln beta_v) w'_d) L."""
+    Y = words @ (scaled[:, None] * L)
+    return (Y.T * weight) @ Y
+
+
+def _information_through_topics(words: np.ndarray, scaled: np.ndarray, weight: np.ndarray,
+                                L: np.ndarray) -> np.ndarray:
+    """``word_information`` through the K x K matrix sum_v X_dv p^(vd) p^(vd)^T."""
+    Q = words * scaled
+    return L.T @ ((Q.T * weight) @ Q) @ L
+
+
+def word_information(words: np.ndarray, scaled: np.ndarray, weight: np.ndarray, L: np.ndarray) -> np.ndarray:
+    """sum_v X_dv y_v y_v^T of one document, y_v = sum_k p_k^(vd) l_k, from its gathered word rows
+    exp(E ln beta_v), w'_d and weight_v = X_dv / phi_v^2 (p^(vd) = exp(E ln beta_v) w'_d / phi_v): through
+    the y_v (nnz K m + nnz m^2 flops) or, when it costs fewer flops (K small beside m), through the K x K
+    matrix sum_v X_dv p^(vd) p^(vd)^T (nnz K^2 + K^2 m + K m^2)."""
+    (nnz, K), m = words.shape, L.shape[1]
+    if nnz * K * K + K * K * m + K * m * m < nnz * K * m + nnz * m * m:
+        return _information_through_topics(words, scaled, weight, L)
+    return _information_through_locations(words, scaled, weight, L)
+
+
 def missing_information(docs: Docs, state: _DocState, L: np.ndarray) -> np.ndarray:
     """sum_v X_dv Cov_{p^(vd)}(l) per document: how much less curved f_d is than the bound at fixed p^(vd)
     (positive semi-definite; minus the exact Hessian of f_d is ``bound_precision`` minus this, and is not
@@ -228,16 +253,15 @@ def missing_information(docs: Docs, state: _DocState, L: np.ndarray) -> np.ndarr
 
         sum_k n_kd l_k l_k^T - sum_v X_dv y_v y_v^T,   y_v = sum_k p_k^(vd) l_k.
 
-    The y_v are one (nnz_d x K)(K x m) product per document, in a loop, so a document's numbers do not
-    depend on the other documents it is fitted with (one product over many documents rounds a row
-    differently depending on its position).
+    The last term is ``word_information``, per document in a loop, so a document's numbers do not depend
+    on the other documents it is fitted with (one product over many documents rounds a row differently
+    depending on its position).
     """
     out = np.matmul(state.n[:, None, :] * L.T[None, :, :], L)
     weight = state.ratio / state.phi  # X_dv / phi^2, as p^(vd) = exp(E ln beta_v) w'_d / phi
     for d in range(len(docs.length)):
         lo, hi = docs.indptr[d], docs.indptr[d + 1]
-        Y = docs.words[lo:hi] @ (state.scaled[d][:, None] * L)
-        out[d] -= (Y.T * weight[lo:hi]) @ Y
+        out[d] -= word_information(docs.words[lo:hi], state.scaled[d], weight[lo:hi], L)
     return out
 
 
