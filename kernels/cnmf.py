@@ -17,23 +17,36 @@ with c_d any shift and w'_kd = exp(l_k . u_d - c_d),
 
     f_d(u_d) = sum_v X_dv ln sum_k exp(E ln beta_vk) w'_kd - N_d ln sum_k B_k w'_kd + N_d ln N_d - N_d + ...,
 
-N_d = sum_v X_dv. The local step works on a CSR chunk, all documents at once; every per-document
-quantity is computed with row-wise or stacked per-document products, so a document's numbers do
-not depend on the other documents of its chunk.
+N_d = sum_v X_dv. The local step maximises f_d by Newton steps with the exact Hessian,
+
+    -grad^2 f_d = I + N_d Cov_q(l) - sum_v X_dv Cov_{p^(vd)}(l),   q_k propto B_k w_kd,
+
+whose first two terms are the curvature of the bound at fixed p^(vd) (alpha_d profiled out) and whose
+last, the information that fixing p^(vd) leaves out, makes the steps converge quadratically instead of
+linearly. f_d need not be concave, so where the exact Hessian is not negative definite a step takes
+only part of the last term (``newton_directions``), and a line search keeps every step uphill.
+
+The local step works on a CSR chunk, SLICE_DOCS documents at a time; every per-document quantity
+is computed with row-wise or per-document products, so a document's numbers do not depend on the
+other documents of its chunk, bit for bit.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Mapping
+from typing import Iterator, Mapping
 
 import numpy as np
 import scipy.sparse as sp
+from scipy.linalg.lapack import dpotrf
 from scipy.special import gammaln, xlogy
 
 from buffet.kernels import bnmf
 
 ARMIJO = 1e-4  # sufficient-increase constant of the backtracking line searches
+EXACTNESS = (1.0, 0.9, 0.8, 0.6, 0.3, 0.0)  # fractions of the missing information tried (newton_directions)
+FLAT = 1e-10  # a local Newton step whose predicted rise g.direction is below FLAT |f_d| is taken whole
+SLICE_DOCS = 128  # documents fitted together; bounds their gathered (nonzeros x K) rows, ~30 MB at K = 100
 TOPIC_STEP_HALVINGS = 30  # candidate step sizes 1, 1/2, ..., 2^-30 of the batch l_k line search
 Stats = Mapping[str, np.ndarray]  # summed LocalResult.statistics()
 
@@ -79,21 +92,76 @@ class LocalResult:
         return {"S": self.S, "w_sum": self.w_sum, "nu": self.nu, "wu": self.wu, "wuu": self.wuu}
 
 
+@dataclass(frozen=True)
+class Docs:
+    """Documents in CSR form with what every local iteration reads: the rows exp(E ln beta_v) of their
+    words, gathered once, the document of each nonzero, and the terms of f_d that do not depend on u_d."""
+
+    indptr: np.ndarray
+    counts: np.ndarray
+    rows: np.ndarray      # (nnz,) document of each nonzero
+    words: np.ndarray     # (nnz, K) exp(E ln beta_vk) of each nonzero's word v
+    length: np.ndarray    # (n,) N_d = sum_v X_dv
+    constant: np.ndarray  # (n,) N_d ln N_d - N_d - sum_v ln X_dv! - (m/2) ln 2 pi
+
+    @classmethod
+    def of(cls, indptr: np.ndarray, indices: np.ndarray, counts: np.ndarray, view: bnmf.TopicView,
+           n_dims: int) -> "Docs":
+        """The CSR documents with the rows of ``view`` gathered, for locations of dimension ``n_dims``."""
+        rows = np.repeat(np.arange(len(indptr) - 1), np.diff(indptr))
+        length = np.bincount(rows, weights=counts, minlength=len(indptr) - 1)
+        constant = (xlogy(length, length) - length - _rowsum(rows, gammaln(counts + 1.0), len(length))
+                    - 0.5 * n_dims * np.log(2 * np.pi))
+        return cls(indptr, counts, rows, view.exp_elog_beta[indices], length, constant)
+
+    def positions(self, docs: np.ndarray) -> np.ndarray:
+        """Where the nonzeros of the documents ``docs`` (increasing positions) are in the per-nonzero arrays."""
+        sizes = np.diff(self.indptr)[docs]
+        return np.repeat(self.indptr[docs] - (np.cumsum(sizes) - sizes), sizes) + np.arange(sizes.sum())
+
+    def subset(self, docs: np.ndarray) -> "Docs":
+        """The documents ``docs`` (increasing positions), their rows copied rather than gathered again."""
+        if len(docs) == len(self.length):
+            return self
+        sizes, at = np.diff(self.indptr)[docs], self.positions(docs)
+        return Docs(np.concatenate([[0], np.cumsum(sizes)]), self.counts[at], np.repeat(np.arange(len(docs)), sizes),
+                    self.words[at], self.length[docs], self.constant[docs])
+
+
+def _slices(indptr: np.ndarray, indices: np.ndarray, counts: np.ndarray, view: bnmf.TopicView,
+            n_dims: int) -> Iterator[tuple[slice, Docs]]:
+    """Consecutive runs of at most SLICE_DOCS documents of a CSR chunk, each as ``Docs``."""
+    for start in range(0, len(indptr) - 1, SLICE_DOCS):
+        stop = min(start + SLICE_DOCS, len(indptr) - 1)
+        lo, hi = indptr[start], indptr[stop]
+        yield slice(start, stop), Docs.of(indptr[start:stop + 1] - lo, indices[lo:hi], counts[lo:hi], view, n_dims)
+
+
 @dataclass
 class _DocState:
     """Per-document quantities at the current u, p^(vd) and alpha_d at their optima."""
 
     f: np.ndarray       # (n,) f_d(u_d)
     scaled: np.ndarray  # (n, K) w'_kd = exp(l_k . u_d - max_j l_j . u_d)
-    ratio: np.ndarray   # (nnz,) X_dv / sum_k exp(E ln beta_vk) w'_kd
+    phi: np.ndarray     # (nnz,) sum_k exp(E ln beta_vk) w'_kd, the normaliser of p^(vd)
+    ratio: np.ndarray   # (nnz,) X_dv / phi
     w: np.ndarray       # (n, K) w_kd
     n: np.ndarray       # (n, K) n_kd = sum_v X_dv p_k^(vd)
 
+    def take(self, docs: np.ndarray, nonzeros: np.ndarray) -> "_DocState":
+        """The state of the documents ``docs``, whose nonzeros are at ``nonzeros``."""
+        return _DocState(self.f[docs], self.scaled[docs], self.phi[nonzeros], self.ratio[nonzeros], self.w[docs],
+                         self.n[docs])
 
-def _rowsum(indptr: np.ndarray, values: np.ndarray) -> np.ndarray:
-    """Per-document sums of per-nonzero ``values`` (sequential within each row)."""
-    rows = np.repeat(np.arange(len(indptr) - 1), np.diff(indptr))
-    return np.bincount(rows, weights=values, minlength=len(indptr) - 1)
+    def put(self, docs: np.ndarray, nonzeros: np.ndarray, part: "_DocState") -> None:
+        """Overwrite the state of the documents ``docs`` (nonzeros at ``nonzeros``) with ``part``'s."""
+        self.f[docs], self.scaled[docs], self.w[docs], self.n[docs] = part.f, part.scaled, part.w, part.n
+        self.phi[nonzeros], self.ratio[nonzeros] = part.phi, part.ratio
+
+
+def _rowsum(rows: np.ndarray, values: np.ndarray, n_docs: int) -> np.ndarray:
+    """Per-document sums of per-nonzero ``values`` (sequential within each document)."""
+    return np.bincount(rows, weights=values, minlength=n_docs)
 
 
 def _per_doc(a: np.ndarray, M: np.ndarray) -> np.ndarray:
@@ -101,25 +169,23 @@ def _per_doc(a: np.ndarray, M: np.ndarray) -> np.ndarray:
     return np.matmul(a[:, None, :], M)[:, 0, :]
 
 
-def _doc_state(indptr: np.ndarray, indices: np.ndarray, counts: np.ndarray, view: bnmf.TopicView,
-               L: np.ndarray, U: np.ndarray, with_p: bool = True) -> _DocState:
+def _doc_state(docs: Docs, view: bnmf.TopicView, L: np.ndarray, U: np.ndarray, with_p: bool = True) -> _DocState:
     """f_d(u_d) (module docstring) and, with ``with_p``, alpha_d (eq. 11.32), w_kd and n_kd with p^(vd)
     as in Bayesian NMF with E ln theta replaced by ln w (SPEC 3.6)."""
     z = _per_doc(U, L.T)
     scaled = np.exp(z - z.max(axis=1, keepdims=True, initial=-np.inf))
-    phi = bnmf.normalisers(indptr, indices, view.exp_elog_beta, scaled)
-    length = _rowsum(indptr, counts)
-    mass = scaled @ view.beta_sum
-    f = (_rowsum(indptr, xlogy(counts, phi)) - length * np.log(mass) + xlogy(length, length) - length
-         - _rowsum(indptr, gammaln(counts + 1.0)) - 0.5 * np.einsum("nm,nm->n", U, U)
-         - 0.5 * U.shape[1] * np.log(2 * np.pi))
+    phi = np.einsum("nk,nk->n", docs.words, scaled[docs.rows])
+    n_docs = len(docs.length)
+    mass = np.einsum("nk,k->n", scaled, view.beta_sum)  # per row: a matrix-vector product rounds by position
+    f = (_rowsum(docs.rows, xlogy(docs.counts, phi), n_docs) - docs.length * np.log(mass) + docs.constant
+         - 0.5 * np.einsum("nm,nm->n", U, U))
     if not with_p:
-        return _DocState(f, scaled, phi, np.empty(0), np.empty(0))
-    ratio = counts / phi
-    R = sp.csr_matrix((ratio, indices, indptr), shape=(len(length), view.exp_elog_beta.shape[0]))
-    n = scaled * np.asarray(R @ view.exp_elog_beta)
-    w = (length / mass)[:, None] * scaled
-    return _DocState(f, scaled, ratio, w, n)
+        return _DocState(f, scaled, phi, np.empty(0), np.empty(0), np.empty(0))
+    ratio = docs.counts / phi
+    R = sp.csr_matrix((ratio, np.arange(len(ratio)), docs.indptr), shape=(n_docs, len(ratio)))
+    n = scaled * np.asarray(R @ docs.words)
+    w = (docs.length / mass)[:, None] * scaled
+    return _DocState(f, scaled, phi, ratio, w, n)
 
 
 def alpha_of(indptr: np.ndarray, counts: np.ndarray, view: bnmf.TopicView, L: np.ndarray,
@@ -127,8 +193,10 @@ def alpha_of(indptr: np.ndarray, counts: np.ndarray, view: bnmf.TopicView, L: np
     """alpha_d = ln sum_v X_dv - ln sum_k B_k exp(l_k . u_d) (eq. 11.32); -inf for empty documents."""
     z = _per_doc(U, L.T)
     top = z.max(axis=1, initial=-np.inf)
+    rows = np.repeat(np.arange(len(indptr) - 1), np.diff(indptr))
     with np.errstate(divide="ignore"):
-        return np.log(_rowsum(indptr, counts)) - top - np.log(np.exp(z - top[:, None]) @ view.beta_sum)
+        return (np.log(_rowsum(rows, counts, len(indptr) - 1)) - top
+                - np.log(np.einsum("nk,k->n", np.exp(z - top[:, None]), view.beta_sum)))
 
 
 def doc_gradient(state: _DocState, view: bnmf.TopicView, L: np.ndarray, U: np.ndarray) -> np.ndarray:
@@ -136,82 +204,173 @@ def doc_gradient(state: _DocState, view: bnmf.TopicView, L: np.ndarray, U: np.nd
     return _per_doc(state.n - view.beta_sum * state.w, L) - U
 
 
-def doc_precision(state: _DocState, view: bnmf.TopicView, L: np.ndarray) -> np.ndarray:
-    """sum_k B_k w_kd l_k l_k^T + I, minus the Hessian in u_d of the bound at fixed p^(vd), alpha_d."""
-    weighted = (view.beta_sum * state.w)[:, None, :] * L.T[None, :, :]
-    return np.matmul(weighted, L) + np.eye(L.shape[1])
+def bound_precision(state: _DocState, view: bnmf.TopicView, L: np.ndarray) -> np.ndarray:
+    """Minus the Hessian in u_d of the bound at fixed p^(vd) with alpha_d at its optimum, per document:
+
+        I + sum_k B_k w_kd l_k l_k^T - a_d a_d^T / N_d,   a_d = sum_k B_k w_kd l_k,
+
+    I plus N_d times the covariance of l_k under q_k propto B_k w_kd, so positive definite. (The first
+    two terms alone, the curvature with alpha_d fixed too, are the Hessian SPEC 3.6 names.)
+    """
+    bw = view.beta_sum * state.w
+    a = _per_doc(bw, L)
+    length = bw.sum(axis=1)
+    inv = np.divide(1.0, length, out=np.zeros_like(length), where=length > 0)
+    second = np.matmul(bw[:, None, :] * L.T[None, :, :], L)
+    return second + np.eye(L.shape[1]) - inv[:, None, None] * a[:, :, None] * a[:, None, :]
 
 
-def _sub(indptr: np.ndarray, indices: np.ndarray, counts: np.ndarray,
-         docs: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """The CSR arrays of the documents ``docs`` (in that order)."""
-    X = sp.csr_matrix((counts, indices, indptr), shape=(len(indptr) - 1, int(indices.max(initial=0)) + 1))[docs]
-    return X.indptr, X.indices, X.data
+def _information_through_locations(words: np.ndarray, scaled: np.ndarray, weight: np.ndarray,
+                                   L: np.ndarray) -> np.ndarray:
+    """``word_information`` through the m-vectors y_v * phi_v = (exp(E ln beta_v) w'_d) L."""
+    Y = words @ (scaled[:, None] * L)
+    return (Y.T * weight) @ Y
 
 
-def newton_step(indptr: np.ndarray, indices: np.ndarray, counts: np.ndarray, view: bnmf.TopicView,
-                L: np.ndarray, U: np.ndarray, state: _DocState,
-                max_halvings: int) -> tuple[np.ndarray, np.ndarray]:
+def _information_through_topics(words: np.ndarray, scaled: np.ndarray, weight: np.ndarray,
+                                L: np.ndarray) -> np.ndarray:
+    """``word_information`` through the K x K matrix sum_v X_dv p^(vd) p^(vd)^T."""
+    Q = words * scaled
+    return L.T @ ((Q.T * weight) @ Q) @ L
+
+
+def word_information(words: np.ndarray, scaled: np.ndarray, weight: np.ndarray, L: np.ndarray) -> np.ndarray:
+    """sum_v X_dv y_v y_v^T of one document, y_v = sum_k p_k^(vd) l_k, from its gathered word rows
+    exp(E ln beta_v), w'_d and weight_v = X_dv / phi_v^2 (p^(vd) = exp(E ln beta_v) w'_d / phi_v): through
+    the y_v (nnz K m + nnz m^2 flops) or, when it costs fewer flops (K small beside m), through the K x K
+    matrix sum_v X_dv p^(vd) p^(vd)^T (nnz K^2 + K^2 m + K m^2)."""
+    (nnz, K), m = words.shape, L.shape[1]
+    if nnz * K * K + K * K * m + K * m * m < nnz * K * m + nnz * m * m:
+        return _information_through_topics(words, scaled, weight, L)
+    return _information_through_locations(words, scaled, weight, L)
+
+
+def missing_information(docs: Docs, state: _DocState, L: np.ndarray) -> np.ndarray:
+    """sum_v X_dv Cov_{p^(vd)}(l) per document: how much less curved f_d is than the bound at fixed p^(vd)
+    (positive semi-definite; minus the exact Hessian of f_d is ``bound_precision`` minus this, and is not
+    positive definite everywhere, as f_d is a log-sum-exp of l_k . u_d, convex in u_d, minus another
+    plus the log prior),
+
+        sum_k n_kd l_k l_k^T - sum_v X_dv y_v y_v^T,   y_v = sum_k p_k^(vd) l_k.
+
+    The last term is ``word_information``, per document in a loop, so a document's numbers do not depend
+    on the other documents it is fitted with (one product over many documents rounds a row differently
+    depending on its position).
+    """
+    out = np.matmul(state.n[:, None, :] * L.T[None, :, :], L)
+    weight = state.ratio / state.phi  # X_dv / phi^2, as p^(vd) = exp(E ln beta_v) w'_d / phi
+    for d in range(len(docs.length)):
+        lo, hi = docs.indptr[d], docs.indptr[d + 1]
+        out[d] -= word_information(docs.words[lo:hi], state.scaled[d], weight[lo:hi], L)
+    return out
+
+
+def positive_definite(matrices: np.ndarray) -> np.ndarray:
+    """Whether each of a stack of symmetric matrices has a Cholesky factor (LAPACK dpotrf, one matrix at a
+    time: it reports failure instead of raising, which a stacked numpy factorisation cannot do per matrix)."""
+    return np.array([dpotrf(matrix, lower=1)[1] == 0 for matrix in matrices], dtype=bool)
+
+
+def newton_directions(bound: np.ndarray, missing: np.ndarray, grad: np.ndarray) -> np.ndarray:
+    """Per document, P^-1 grad with P = bound - c missing for the first c of EXACTNESS whose P is positive
+    definite: the exact Hessian (c = 1) where f_d is concave, else part of the way to the bound's curvature
+    (c = 0, always positive definite), so every direction ascends."""
+    chosen, left = bound.copy(), np.arange(len(grad))
+    for c in EXACTNESS[:-1]:
+        if not len(left):
+            break
+        trial = bound[left] - c * missing[left]
+        ok = positive_definite(trial)
+        chosen[left[ok]] = trial[ok]
+        left = left[~ok]
+    return np.linalg.solve(chosen, grad[:, :, None])[:, :, 0]
+
+
+def newton_step(docs: Docs, view: bnmf.TopicView, L: np.ndarray, U: np.ndarray,
+                state: _DocState, max_halvings: int) -> tuple[np.ndarray, _DocState]:
     """One Newton step on every u_d with a backtracking (Armijo) line search on f_d (SPEC 3.6).
 
     The direction H^-1 g uses the gradient of f_d (``doc_gradient``, exact since p^(vd) and alpha_d
-    are at their optima) and the positive definite ``doc_precision``; the step is halved until f_d
-    rises by ARMIJO x step x g.direction, and a document with no such step stays where it is.
-    Returns the new locations and their f_d.
+    are at their optima) and the exact Hessian (``bound_precision`` - ``missing_information``) where
+    it is negative definite, so the steps converge quadratically near a maximum; elsewhere a curvature
+    between it and the bound's at fixed p^(vd) (``newton_directions``). The step is halved until f_d
+    rises by ARMIJO x step x g.direction, and a document with no such step stays where it is. A step whose
+    predicted rise g.direction is below FLAT |f_d| is taken whole: there f_d's change is near its
+    rounding, which would decide the halvings (and then the same document would end elsewhere by up
+    to ~1e-7 when the globals change in their last digit, as they do with the chunking), while
+    the quadratic model the step solves is exact to far below that.
+    Returns the new locations and the state there (the accepted trials', not computed again).
     """
     grad = doc_gradient(state, view, L, U)
-    direction = np.linalg.solve(doc_precision(state, view, L), grad[:, :, None])[:, :, 0]
+    direction = newton_directions(bound_precision(state, view, L), missing_information(docs, state, L), grad)
     slope = np.einsum("nm,nm->n", grad, direction)
-    step, f_new = np.zeros(len(U)), state.f.copy()
+    flat = slope <= FLAT * np.maximum(1.0, np.abs(state.f))
+    step = np.zeros(len(U))
+    new = state.take(np.arange(len(U)), np.arange(len(state.phi)))
     pending, size = np.arange(len(U)), 1.0
     for _ in range(max_halvings + 1):
         if not len(pending):
             break
-        trial = U[pending] + size * direction[pending]
-        f_trial = _doc_state(*_sub(indptr, indices, counts, pending), view, L, trial, with_p=False).f
-        ok = f_trial >= state.f[pending] + ARMIJO * size * slope[pending]
-        step[pending[ok]], f_new[pending[ok]] = size, f_trial[ok]
+        part = docs.subset(pending)
+        trial = _doc_state(part, view, L, U[pending] + size * direction[pending])
+        ok = (trial.f >= state.f[pending] + ARMIJO * size * slope[pending]) | flat[pending]
+        accepted = np.flatnonzero(ok)
+        new.put(pending[ok], docs.positions(pending[ok]), trial.take(accepted, part.positions(accepted)))
+        step[pending[ok]] = size
         pending, size = pending[~ok], size / 2
-    return U + step[:, None] * direction, f_new
+    return U + step[:, None] * direction, new
+
+
+def _fit(docs: Docs, view: bnmf.TopicView, L: np.ndarray, settings: LocalSettings, U: np.ndarray,
+         steps: np.ndarray) -> None:
+    """Newton steps (``newton_step``) on the documents ``docs`` until each stops (``LocalSettings``),
+    writing their locations ``U`` and step counts ``steps`` in place."""
+    live, current = np.arange(len(U)), docs
+    state = _doc_state(current, view, L, U[live])
+    for _ in range(settings.max_steps):
+        if not len(live):
+            return
+        new, state = newton_step(current, view, L, U[live], state, settings.max_halvings)
+        moved = np.abs(new - U[live]).max(axis=1, initial=0.0)
+        U[live] = new
+        steps[live] += 1
+        going = np.flatnonzero(moved >= settings.tol)
+        if len(going) < len(live):
+            live, state, current = live[going], state.take(going, current.positions(going)), current.subset(going)
 
 
 def local_step(indptr: np.ndarray, indices: np.ndarray, counts: np.ndarray, view: bnmf.TopicView,
                L: np.ndarray, settings: LocalSettings = LocalSettings(), u_start: np.ndarray | None = None,
                with_stats: bool = True) -> LocalResult:
     """Fit u_d (Newton steps with line search, ``newton_step``), alpha_d and p^(vd) for every document
-    of a CSR chunk with beta and L fixed (SPEC 3.6), starting from ``u_start`` or zero.
+    of a CSR chunk with beta and L fixed (SPEC 3.6), starting from ``u_start`` or zero; SLICE_DOCS
+    documents at a time.
 
     The statistics use p^(vd) and alpha_d at the returned u, so they belong to the returned locals.
     """
-    n_docs, m = len(indptr) - 1, L.shape[1]
+    n_docs, (K, m) = len(indptr) - 1, L.shape
     U = np.zeros((n_docs, m)) if u_start is None else u_start.copy()
     steps = np.zeros(n_docs, dtype=np.int64)
-    live = np.arange(n_docs)
-    for _ in range(settings.max_steps):
-        if not len(live):
-            break
-        sub = _sub(indptr, indices, counts, live)
-        state = _doc_state(*sub, view, L, U[live])
-        new, _ = newton_step(*sub, view, L, U[live], state, settings.max_halvings)
-        moved = np.abs(new - U[live]).max(axis=1, initial=0.0)
-        U[live] = new
-        steps[live] += 1
-        live = live[moved >= settings.tol]
-    alpha = alpha_of(indptr, counts, view, L, U)
-    K = L.shape[0]
-    if not with_stats:
-        return LocalResult(U, alpha, np.zeros(0), np.zeros(K), np.zeros((K, m)), np.zeros((K, m)),
-                           np.zeros((K, m, m)), steps)
-    state = _doc_state(indptr, indices, counts, view, L, U)
-    S = bnmf.word_topic_stats(indptr, indices, state.ratio, state.scaled, view.exp_elog_beta)
-    return LocalResult(U, alpha, S, state.w.sum(axis=0), state.n.T @ U, state.w.T @ U,
-                       np.matmul(state.w.T[:, None, :] * U.T[None], U), steps)
+    S, w_sum = np.zeros((view.exp_elog_beta.shape[0], K) if with_stats else 0), np.zeros(K)
+    nu, wu, wuu = np.zeros((K, m)), np.zeros((K, m)), np.zeros((K, m, m))
+    for part, docs in _slices(indptr, indices, counts, view, m):
+        _fit(docs, view, L, settings, U[part], steps[part])
+        if with_stats:
+            state, u = _doc_state(docs, view, L, U[part]), U[part]
+            lo, hi = indptr[part.start], indptr[part.stop]
+            S += bnmf.word_topic_stats(docs.indptr, indices[lo:hi], state.ratio, state.scaled, view.exp_elog_beta)
+            w_sum += state.w.sum(axis=0)
+            nu += state.n.T @ u
+            wu += state.w.T @ u
+            wuu += np.matmul(state.w.T[:, None, :] * u.T[None], u)
+    return LocalResult(U, alpha_of(indptr, counts, view, L, U), S, w_sum, nu, wu, wuu, steps)
 
 
 def local_objective(indptr: np.ndarray, indices: np.ndarray, counts: np.ndarray, view: bnmf.TopicView,
                     L: np.ndarray, U: np.ndarray) -> float:
     """sum_d f_d(u_d) over a chunk (module docstring), alpha_d and p^(vd) at their optima."""
-    return float(_doc_state(indptr, indices, counts, view, L, U, with_p=False).f.sum())
+    return float(sum(_doc_state(docs, view, L, U[part], with_p=False).f.sum()
+                     for part, docs in _slices(indptr, indices, counts, view, L.shape[1])))
 
 
 def topic_prior(L: np.ndarray, prior: Prior) -> float:

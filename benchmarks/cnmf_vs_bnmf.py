@@ -1,0 +1,184 @@
+"""Issue 13 item 5: correlated NMF against Bayesian NMF, one SVI pass each on the same LDA-generated corpus
+in one run: documents per second and held-out per-word log likelihood (targets: CNMF docs/s >= 0.5x
+BNMF's, CNMF held-out LL >= BNMF's).
+
+The corpus is issue 14's: 55,000 LDA documents (V = 8000, Poisson(300) tokens each, as many generating
+topics as --k), 5,000 of them held out as whole documents (1/11 of --docs). It is written as a UCI docword
+file and ingested with ``buffet ingest uci`` into WORKDIR, once; later runs reuse it (or pass --store).
+
+    python benchmarks/cnmf_vs_bnmf.py --workdir /work/bench/cnmf                     # full size, K = 100
+    python benchmarks/cnmf_vs_bnmf.py --workdir /tmp/cnmf-small --docs 5000 --k 20   # a small check
+
+Each model: K topics, minibatch 1000, one pass, the CLI's defaults otherwise (kappa 0.51, t0 1; CNMF
+m = 50), on an embedded LocalCluster of --workers thread workers (the CLI's default for both). ``seconds``
+is the fit loop only (every ``driver.step`` of the pass), as in benchmarks/bnmf_vs_lda.py; generation,
+ingest, cluster start-up and held-out scoring are outside it. The held-out score is the same for both:
+each held-out document's tokens split into thirds with the fixed seed of benchmarks/common.py, the
+document's weights fitted by the model's own local step on folds 0 + 1 with the topics fixed, and the
+per-word log likelihood of fold 2 under p(v | d) = sum_k W_dk E[beta_vk] / sum_v' sum_k W_dk E[beta_v'k]
+(``kernels.bnmf.completion_score``; W = E[theta] for BNMF, exp(l_k . u_d) for CNMF). Held-out documents
+get each model's scoring settings (BNMF: ``inference_settings``; CNMF: ``kernels.cnmf.LocalSettings()``,
+u_d to 1e-6), whatever --local-tol and --max-steps set for training.
+
+With --profile, one CNMF local step on 1000 training documents at the fitted globals is run under
+cProfile after the pass, and the functions with the most own time are recorded with its result.
+One JSON line per model is appended to --results.
+"""
+
+from __future__ import annotations
+
+import argparse
+import cProfile
+import pstats
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from common import ForeignLoad, PeakMemory, machine, record, thirds
+
+BUFFET = str(Path(sys.executable).with_name("buffet"))
+
+
+def corpus_store(args) -> str:
+    """The stored corpus: --store, or WORKDIR's, generated and ingested the first time."""
+    if args.store:
+        return args.store
+    from buffet.data.synthetic import write_uci_corpus
+
+    work = Path(args.workdir)
+    work.mkdir(parents=True, exist_ok=True)
+    name = f"lda{args.docs}-k{args.k}-s{args.seed}"
+    store, docword, vocab = work / f"{name}.zarr", work / f"{name}.txt", work / f"{name}.vocab"
+    if not store.exists():
+        write_uci_corpus(docword, args.docs, n_words=args.words, n_topics=args.k, mean_length=args.length,
+                         seed=args.seed, vocab_path=vocab)
+        subprocess.run([BUFFET, "ingest", "uci", str(docword), str(vocab), "--out", str(store), "--holdout",
+                        str(1 / 11), "--seed", str(args.seed)], check=True, stdout=subprocess.DEVNULL)
+        docword.unlink()
+    return str(store)
+
+
+def config_of(model: str, args):
+    """The model's settings: the CLI's defaults with K, the minibatch, the passes and the seed."""
+    from buffet.pipeline.models.bnmf import BNMFConfig
+    from buffet.pipeline.models.cnmf import CNMFConfig
+
+    common = {"n_topics": args.k, "batch_size": args.batch_size, "passes": args.passes, "seed": args.seed,
+              "chunk_rows": args.chunk_rows or max(1, args.batch_size // max(1, args.workers))}
+    if model == "bnmf":
+        return BNMFConfig(**common)
+    return CNMFConfig(**common, n_dims=args.n_dims, local_tol=args.local_tol, max_steps=args.max_steps)
+
+
+def timed_pass(model: str, config, store: str, args):
+    """One SVI pass of ``model`` on a fresh LocalCluster; returns the driver and the pass's measurements."""
+    from buffet.pipeline.engine.cluster import dask_client
+    from buffet.pipeline.engine.dataset import source_of
+    from buffet.pipeline.engine.engine import Engine
+    from buffet.pipeline.reports import bnmf as bnmf_report
+    from buffet.pipeline.reports import cnmf as cnmf_report
+
+    make_driver = {"bnmf": bnmf_report.make_driver, "cnmf": cnmf_report.make_driver}[model]
+    with PeakMemory() as mem:
+        with dask_client(args.workers, dashboard=False, quiet=True, worker_kind="threads") as client:
+            driver = make_driver(config, source_of(store), Engine(client))
+            driver.eval_rows = None  # held-out scoring happens afterwards, outside the timed pass
+            driver.start()
+            mem.reset_cpu()
+            with ForeignLoad() as load:
+                t0 = time.perf_counter()
+                trace = [driver.step(s) for s in range(driver.total_steps())]
+                seconds = time.perf_counter() - t0
+                own = mem.own_cpu_seconds()
+    effort_key = driver.model.effort[0]
+    docs = driver.corpus.n_train * config.passes  # documents processed
+    return driver, {"seconds": seconds, "docs": docs, "docs_per_second": docs / seconds,
+                    "cpu_seconds": own, "foreign_load_cores": load.cores(own), "peak_rss_mb": mem.peak / 2**20,
+                    "steps": len(trace), effort_key: float(np.mean([r[effort_key] for r in trace]))}
+
+
+def heldout_weights(model: str, driver, obs) -> np.ndarray:
+    """Each held-out document's topic weights fitted by the model's local step on its observed thirds."""
+    from buffet.kernels import bnmf, cnmf
+
+    g, h = driver.globals["g"], driver.globals["h"]
+    view = bnmf.TopicView.from_params(g, h)
+    if model == "bnmf":
+        hyper, settings = driver.model.hyper, driver.config.inference_settings()
+        fit = bnmf.local_step(obs.indptr, obs.indices, obs.data, view, hyper, settings, with_stats=False)
+        return fit.a / bnmf.theta_rate(view, hyper)
+    L = driver.globals["L"]
+    u = cnmf.local_step(obs.indptr, obs.indices, obs.data, view, L, cnmf.LocalSettings(), with_stats=False).u
+    z = u @ L.T
+    return np.exp(z - z.max(axis=1, keepdims=True))
+
+
+def heldout_ll(model: str, driver, store: str) -> float:
+    """Per-word log likelihood of the held-out thirds (module docstring)."""
+    from buffet.data.store import Dataset
+    from buffet.kernels import bnmf
+    from buffet.pipeline.engine.dataset import count_row_set, source_of
+
+    rows = np.asarray(Dataset(store).split("heldout")["test_rows"], dtype=np.int64)
+    obs, held = thirds(count_row_set(source_of(store), rows).to_scipy())
+    g, h = driver.globals["g"], driver.globals["h"]
+    ll, tokens = bnmf.completion_score(obs.indptr, obs.indices, held.data, heldout_weights(model, driver, obs), g / h)
+    return ll / tokens
+
+
+def local_step_profile(driver, store: str, n_docs: int = 1000, top: int = 12) -> list[dict]:
+    """Own CPU time of the functions that take most of one CNMF local step on ``n_docs`` training documents."""
+    from buffet.data.store import Dataset
+    from buffet.kernels import bnmf, cnmf
+
+    rows = Dataset(store).read_rows(0, n_docs).to_scipy().tocsr()
+    view = bnmf.TopicView.from_params(driver.globals["g"], driver.globals["h"])
+    profile = cProfile.Profile()
+    profile.runcall(cnmf.local_step, rows.indptr, rows.indices, rows.data, view, driver.globals["L"],
+                    driver.config.local_settings())
+    stats = pstats.Stats(profile).stats
+    ranked = sorted(stats.items(), key=lambda item: -item[1][2])[:top]
+    return [{"function": f"{Path(file).name}:{line}({name})", "own_s": round(tt, 3), "calls": nc}
+            for (file, line, name), (_, nc, tt, _, _) in ranked]
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--workdir", default="bench-data/cnmf", help="where the generated corpus and its store go")
+    p.add_argument("--store", default=None, help="use this counts store (with a 'heldout' split) instead")
+    p.add_argument("--docs", type=int, default=55000, help="documents generated, 1/11 of them held out")
+    p.add_argument("--words", type=int, default=8000)
+    p.add_argument("--length", type=float, default=300.0, help="mean tokens per generated document")
+    p.add_argument("--k", type=int, default=100, help="topics fitted (and generated)")
+    p.add_argument("--n-dims", type=int, default=50, help="CNMF: dimension m of the topic and document locations")
+    p.add_argument("--local-tol", type=float, default=1e-4,
+                   help="CNMF training: stop a document's Newton steps when u_d moves by less (held-out: 1e-6)")
+    p.add_argument("--max-steps", type=int, default=50, help="CNMF training: Newton steps per document at most")
+    p.add_argument("--batch-size", type=int, default=1000)
+    p.add_argument("--passes", type=int, default=1, help="SVI passes (the protocol: 1)")
+    p.add_argument("--workers", type=int, default=2, help="thread workers of the embedded LocalCluster")
+    p.add_argument("--chunk-rows", type=int, default=None, help="rows per block (default batch/workers)")
+    p.add_argument("--models", default="bnmf,cnmf", help="comma-separated, run in this order")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--profile", action="store_true", help="record a cProfile of one CNMF local step")
+    p.add_argument("--results", default=str(Path(__file__).resolve().parent / "results.jsonl"))
+    p.add_argument("--tag", default="")
+    args = p.parse_args()
+    store = corpus_store(args)
+    for model in args.models.split(","):
+        config = config_of(model, args)
+        driver, out = timed_pass(model, config, store, args)
+        out["heldout_ll"] = heldout_ll(model, driver, store)
+        if model == "cnmf" and args.profile:
+            out["local_step_profile"] = local_step_profile(driver, store)
+        record(args.results, {"bench": "cnmf_vs_bnmf", "model": model, "tag": args.tag, "store": store, "k": args.k,
+                              "batch_size": args.batch_size, "workers": args.workers, "chunk_rows": config.chunk_rows,
+                              **({"n_dims": args.n_dims} if model == "cnmf" else {}), **out, "machine": machine()})
+
+
+if __name__ == "__main__":
+    main()
