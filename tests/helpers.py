@@ -100,7 +100,7 @@ def restored_driver(run: RunStore, states: tuple[str, ...] = ()) -> object:
 def assert_same(a: tuple[dict, list[dict]], b: tuple[dict, list[dict]]) -> None:
     """Two ``checkpoint`` results hold the same trace and the same arrays, bit for bit."""
     (arrays_a, trace_a), (arrays_b, trace_b) = a, b
-    assert trace_a == trace_b
+    assert trace_a == trace_b, [(x, y) for x, y in zip(trace_a, trace_b) if x != y]
     assert sorted(arrays_a) == sorted(arrays_b)
     for key in arrays_a:
         np.testing.assert_array_equal(arrays_a[key], arrays_b[key], err_msg=key)

@@ -138,7 +138,7 @@ def test_accelerated_local_sweeps_are_a_switch_of_fit(tmp_path, store, capsys):
     for flag in ("--no-accelerate", "--accelerate"):
         run = tmp_path / flag
         run_main(capsys, "fit", "bnmf", store, "--out", run, "--k", 8, "--batch-size", 300, "--passes", 1,
-                 "--workers", 1, "--seed", 2, "--eval-every", 4, flag, "--quiet")
+                 "--workers", 1, "--seed", 2, "--eval-every", 4, "--max-sweeps", 50, flag, "--quiet")
         arrays = exported(capsys, run, tmp_path / f"{flag}.npz")
         results[flag] = (arrays["trace_mean_sweeps"].mean(), arrays["trace_heldout_ll"][-1])
     (plain_sweeps, plain_ll), (fast_sweeps, fast_ll) = results["--no-accelerate"], results["--accelerate"]

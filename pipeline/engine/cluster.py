@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import contextlib
-import functools
 import logging
 import os
 import uuid
@@ -12,10 +11,10 @@ from typing import TYPE_CHECKING, Any, Iterator
 if TYPE_CHECKING:
     import dask_kubernetes.operator
     import distributed
-    import threadpoolctl
 
 from buffet.data.errors import UserError
 from buffet.data.urls import storage_options
+from buffet.pipeline.engine.blas import single_threaded_blas
 from buffet.pipeline.engine.messages import logger
 
 # Dask starts workers with MALLOC_TRIM_THRESHOLD_=65536, so every freed temporary above 64 KiB
@@ -229,18 +228,3 @@ def kube_cluster_spec(name: str, image: str, workers: int, threads: int) -> dict
 def _health_probe(port: str) -> dict[str, Any]:
     """A readiness probe on the /health page that Dask's schedulers and workers serve on their HTTP port."""
     return {"httpGet": {"path": "/health", "port": port}, "periodSeconds": 2, "failureThreshold": 3}
-
-
-@functools.lru_cache(maxsize=1)
-def blas_controller() -> "threadpoolctl.ThreadpoolController":
-    """This process's BLAS thread pools, inspected once (``threadpool_limits`` re-inspects them at every call)."""
-    from threadpoolctl import ThreadpoolController
-
-    return ThreadpoolController()
-
-
-def single_threaded_blas() -> contextlib.AbstractContextManager:
-    """BLAS limited to one thread in this process while task threads run, as Dask's nannies do for
-    worker processes (OMP/OPENBLAS/MKL_NUM_THREADS=1): two task threads each calling a BLAS that
-    starts threads of its own would oversubscribe the cores."""
-    return blas_controller().limit(limits=1, user_api="blas")

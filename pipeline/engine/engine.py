@@ -34,6 +34,7 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
+from buffet.pipeline.engine.blas import single_threaded_blas
 from buffet.pipeline.engine.messages import ClusterLostError, is_cluster_failure, logger
 
 log = logger("engine")
@@ -94,6 +95,13 @@ def _apply_many(fn: Callable, *blocks: np.ndarray) -> np.ndarray:
 
 def _pick(result: Any, index: int) -> Any:
     return result[index]
+
+
+def _here(work: Callable[[], Any]) -> Any:
+    """Block tasks run in this process (the engine without a cluster), under the workers' one-thread BLAS
+    (``engine.blas``), so they give the numbers a cluster gives."""
+    with single_threaded_blas():
+        return work()
 
 
 def _tree(values: Sequence[Any], combine: Callable) -> Any:
@@ -160,7 +168,7 @@ class Engine:
         """Block i is ``fn(*args[i])``, computed where the block will live (a source: reading data or a
         checkpoint, starting states). ``args`` are small values."""
         if self.local:
-            return BlockSet(len(args), values=[fn(*a) for a in args])
+            return BlockSet(len(args), values=_here(lambda: [fn(*a) for a in args]))
         import dask.array as da
 
         index = da.from_array(_objects(args), chunks=1, name=f"args-{next(self._names)}")
@@ -179,7 +187,7 @@ class Engine:
         """A 2-D ``dask.array`` whose row chunk i (``sizes[i]`` rows, ``n_cols`` columns) is ``fn(*args[i])``
         (the data of a store, chunk by chunk: ``engine.dataset``); in this process, the list of chunks."""
         if self.local:
-            return [fn(*a) for a in args]
+            return _here(lambda: [fn(*a) for a in args])
         import dask.array as da
 
         index = da.from_array(_objects(args), chunks=1, name=f"args-{next(self._names)}")
@@ -217,7 +225,7 @@ class Engine:
         if self.local:
             columns = [a.values if isinstance(a, BlockSet) else itertools.repeat(a.value if isinstance(a, Shared)
                                                                                     else a) for a in args]
-            return BlockSet(n, values=[fn(*row) for row in zip(*columns)])
+            return BlockSet(n, values=_here(lambda: [fn(*row) for row in zip(*columns)]))
         import dask.array as da
 
         spec: list[Any] = []
@@ -247,7 +255,8 @@ class Engine:
         blocks; ``args`` are small per-group values such as the group's own bounds)."""
         args = args or [()] * len(groups)
         if self.local:
-            return BlockSet(len(groups), values=[fn(*(blockset.values[i] for i in g), *a) for g, a in zip(groups, args)])
+            return BlockSet(len(groups), values=_here(lambda: [fn(*(blockset.values[i] for i in g), *a)
+                                                               for g, a in zip(groups, args)]))
         import dask
         import dask.array as da
 
@@ -260,7 +269,7 @@ class Engine:
     def reduce(self, blockset: BlockSet, combine: Callable = add_stats) -> Any:
         """The blocks' values combined pairwise in block order (``_tree``), brought here."""
         if self.local:
-            return _tree(blockset.values, combine)
+            return _here(lambda: _tree(blockset.values, combine))
         import dask.array as da
 
         reducer = _reducer(combine)

@@ -18,6 +18,11 @@ def option(default: T, help: str, **extra: Any) -> T:
     return dataclasses.field(default=default, metadata={"help": help}, **extra)
 
 
+def inherited_option(parent: type, name: str, default: T) -> T:
+    """Field ``name`` of config class ``parent`` with another default for a subclass, same help."""
+    return option(default, parent.__dataclass_fields__[name].metadata["help"])
+
+
 def checkpoint_option(default: int, unit: str) -> int:
     """The ``checkpoint_every`` field of a model whose engine steps are ``unit`` (steps, rows, sweeps)."""
     return option(default, f"Save a checkpoint every this many {unit} (>= 1); `buffet resume` continues from the "

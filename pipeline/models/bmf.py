@@ -42,7 +42,7 @@ from buffet.data.splits import EntrySample
 from buffet.data.store import DenseRows, check_values
 from buffet.kernels import bmf
 from buffet.kernels.ibp_prior import sample_ibp
-from buffet.pipeline.engine.cluster import single_threaded_blas
+from buffet.pipeline.engine.blas import single_threaded_blas
 from buffet.pipeline.engine.dataset import Source, dense_blocks, read_seen_chunk, row_ranges
 from buffet.pipeline.engine.engine import BlockSet, Engine
 from buffet.pipeline.engine.seeds import stream

@@ -15,7 +15,7 @@ from buffet.data.store import CSRRows
 from buffet.kernels import bnmf
 from buffet.pipeline.engine.engine import BlockSet, Engine
 from buffet.pipeline.engine.seeds import stream
-from buffet.pipeline.engine.settings import option, require_counts
+from buffet.pipeline.engine.settings import inherited_option, option, require_counts
 from buffet.pipeline.models.topics import CLIENT_THREADS, Corpus, TopicModelConfig
 
 
@@ -24,16 +24,20 @@ class BNMFConfig(TopicModelConfig):
     """Settings of a Bayesian NMF fit: the topic models' (``TopicModelConfig``) plus the theta prior
     (paper 002 section 11.6) and how the local steps run.
 
-    Why ``max_sweeps`` defaults to 20: on held-out documents of two generated corpora, one SVI pass
-    with 20 sweeps scores better than with 50 or 100 (fully converged local fits to the first, still
-    random topics entrench them; benchmarks/README.md section 13) and costs about 30% fewer sweeps.
+    Why the SVI schedule (kappa 0.6, t0 10) and ``max_sweeps`` 10 differ from the topic models' shared
+    defaults: on held-out documents of two generated validation corpora (not the benchmark's), one pass
+    with them scores 0.4-0.7% better per word than with (0.51, 1) and 20 sweeps, at half the sweeps
+    (benchmarks/README.md section 19). Fewer sweeps fit early, still random topics less tightly (fully
+    converged local fits entrench them, section 13); 7 sweeps were too few.
     """
 
     a0: float | None = option(None, "Shape of the document weights' prior theta_kd ~ Gamma(a0, b0) (> 0; unset: "
                                     "1/K, paper 002). Smaller makes each document use fewer topics.")
     b0: float | None = option(None, "Rate of the document weights' prior theta_kd ~ Gamma(a0, b0) (> 0; unset: "
                                     "1/K). The prior mean of theta is a0/b0.")
-    max_sweeps: int = option(20, "Training: most local sweeps per document per step (>= 1), if --local-tol is not "
+    kappa: float = inherited_option(TopicModelConfig, "kappa", 0.6)
+    t0: float = inherited_option(TopicModelConfig, "t0", 10.0)
+    max_sweeps: int = option(10, "Training: most local sweeps per document per step (>= 1), if --local-tol is not "
                                  "met first. More sweeps fit early, still random topics harder, which can hurt.")
     eval_max_sweeps: int = option(100, "Evaluation (document completion, transform, score): most local sweeps per "
                                        "document with the topics fixed (>= 1). Raise it if scores still move with it.")

@@ -44,7 +44,8 @@ class TopicModelConfig:
     The step size rho_t = (t0 + t)^-kappa defaults to t0 = 1, kappa = 0.51: the NYT schedule of
     paper 002 (kappa = 0.5) moved just inside the convergent range (0.5, 1] that SPEC 3.5 requires.
     Its large early steps escape the merged-topic optima that a slower schedule (e.g. online LDA's
-    t0 = 10, kappa = 0.7) and batch VB get stuck in.
+    t0 = 10, kappa = 0.7) and batch VB get stuck in. Bayesian NMF has its own, measured on held-out
+    documents (``models.bnmf.BNMFConfig``).
     """
 
     n_topics: int = option(20, "Number of topics K, a whole number >= 1. More topics split themes more finely "
