@@ -223,19 +223,13 @@ def _start_sweep(X: np.ndarray, state: LGGibbsState, max_new: int, rng: np.rando
 
 
 def gibbs_rows(X: np.ndarray, state: LGGibbsState, rows: Iterable[int], max_new: int,
-               rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+               rng: np.random.Generator) -> np.ndarray:
     """Collapsed Gibbs updates of the given rows of Z in turn (repeats allowed), X complete (module docstring).
-
-    Returns the new Z (N x K+, bool, no zero columns) with W^{-1} (K+ x K+) and the posterior mean of A,
-    W^{-1} Z^T X (K+ x D), for it: the running caches, exact for the columns kept since the zero columns
-    of Z have their own block of W.
-    """
+    Returns the new Z (N x K+, bool, no zero columns)."""
     sw = _start_sweep(X, state, max_new, rng)
     for i in rows:
         _gibbs_row(int(i), sw)
-    used = sw.m > 0
-    k = used.size
-    return sw.Z[:, used] > 0, sw.SM[:, :k][np.ix_(used, used)], sw.SM[used, k:]
+    return sw.Z[:, sw.m > 0] > 0
 
 
 _OPTIONS = ((1, 0), (0, 1), (1, 1))   # a row of a split feature in a only, b only or both
@@ -390,7 +384,7 @@ def gibbs_sweep(X: np.ndarray, state: LGGibbsState, rng: np.random.Generator,
     entries that are data (the others are imputed). Returns the new state.
     """
     X = _completed(X, state, observed)
-    Z, _, _ = gibbs_rows(X, state, range(X.shape[0]), max_new, rng)
+    Z = gibbs_rows(X, state, range(X.shape[0]), max_new, rng)
     for _ in range(split_merge_moves):
         Z = split_merge(X, Z, state.alpha, state.sigma_x, state.sigma_a, rng)
     state = replace(state, Z=Z)

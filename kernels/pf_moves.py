@@ -12,7 +12,7 @@ gets MCMC moves whose stationary law is its target, the posterior of the t rows 
   the sampler), then of every entry of Y;
 * linear-Gaussian, P(Z_1:t | X_1:t) with A integrated out: the collapsed Gibbs updates of SPEC 3.4
   (``gibbs_linear_gaussian.gibbs_rows``) of ``rows`` past rows of Z picked at random, singletons
-  re-drawn the same way; the particle's posterior of A (M, S) is then the sampler's, for the new Z.
+  re-drawn the same way; the particle's posterior of A (M, S) is then recomputed for the new Z.
 
 Each update leaves that posterior invariant, so the weighted particles stay a valid sample, now with a
 past that reflects every row seen.
@@ -24,7 +24,7 @@ import dataclasses
 
 import numpy as np
 
-from .gibbs_linear_gaussian import LGGibbsState, gibbs_rows
+from .gibbs_linear_gaussian import LGGibbsState, feature_posterior, gibbs_rows
 from .gibbs_noisy_or import gibbs_row, sample_y
 from .ibp_prior import Block, feature_capacity, new_feature_log_prior
 from .lg_particles import LGParticles
@@ -71,7 +71,8 @@ def move_lg_particles(block: LGParticles, X: np.ndarray, alpha: float, sigma_x: 
     moved = []
     for z, m in zip(block.Z, block.m):
         state = LGGibbsState(z[:block.n_rows][:, m > 0], alpha, sigma_x, sigma_a)
-        Z, W_inv, M = gibbs_rows(seen, state, past_rows(seen.shape[0], rows, rng), max_new, rng)
+        Z = gibbs_rows(seen, state, past_rows(seen.shape[0], rows, rng), max_new, rng)
+        W_inv, M, _ = feature_posterior(Z, seen, sigma_x, sigma_a)
         moved.append({"Z": Z, "M": M, "S": sigma_x ** 2 * W_inv[None]})
     return pack_particles(block, moved)
 
