@@ -12,7 +12,8 @@ gets MCMC moves whose stationary law is its target, the posterior of the t rows 
   the sampler), then of every entry of Y;
 * linear-Gaussian, P(Z_1:t | X_1:t) with A integrated out: the collapsed Gibbs updates of SPEC 3.4
   (``gibbs_linear_gaussian.gibbs_rows``) of ``rows`` past rows of Z picked at random, singletons
-  re-drawn the same way; the particle's posterior of A (M, S) is then recomputed for the new Z.
+  re-drawn the same way (with missing entries, given values imputed from the particle's posterior);
+  the particle's posterior of A (M, S) is then recomputed for the new Z.
 
 Each update leaves that posterior invariant, so the weighted particles stay a valid sample, now with a
 past that reflects every row seen.
@@ -60,21 +61,53 @@ def move_noisy_or_particles(block: NoisyORParticles, X: np.ndarray, observed: np
                                   for z, y, m in zip(block.Z, block.Y, block.m)])
 
 
-def move_lg_particles(block: LGParticles, X: np.ndarray, alpha: float, sigma_x: float, sigma_a: float,
-                      rows: int, rng: np.random.Generator, max_new: int = 4) -> LGParticles:
-    """Every particle of ``block`` moved (module docstring) given the first ``block.n_rows`` rows of X (all
-    rows, N x D, fully observed: the block has one covariance S for all columns); M and S become the
-    posterior of A for the new Z (S = sigma_X^2 W^{-1}), feature axes re-packed to the new K+."""
-    if block.S.shape[1] != 1:
-        raise ValueError("resample-move of the linear-Gaussian filter needs fully observed rows (one shared S)")
-    seen = np.asarray(X[:block.n_rows], np.float64)
-    moved = []
-    for z, m in zip(block.Z, block.m):
-        state = LGGibbsState(z[:block.n_rows][:, m > 0], alpha, sigma_x, sigma_a)
-        Z = gibbs_rows(seen, state, past_rows(seen.shape[0], rows, rng), max_new, rng)
-        W_inv, M, _ = feature_posterior(Z, seen, sigma_x, sigma_a)
-        moved.append({"Z": Z, "M": M, "S": sigma_x ** 2 * W_inv[None]})
-    return pack_particles(block, moved)
+def column_posteriors(Z: np.ndarray, X: np.ndarray, observed: np.ndarray, sigma_x: float,
+                      sigma_a: float) -> tuple[np.ndarray, np.ndarray]:
+    """The posterior of A given Z (t x K) and the observed entries of X (t x D): mean (K x D) and one covariance
+    per column (D x K x K), column d from the rows where it is observed (``lg_particles``'s per-column layout)."""
+    Zf, seen = np.asarray(Z, np.float64), observed.astype(np.float64)
+    W = np.einsum("nk,nd,nj->dkj", Zf, seen, Zf) + (sigma_x / sigma_a) ** 2 * np.eye(Zf.shape[1])
+    W_inv = np.linalg.inv(W)
+    return np.einsum("dkj,nj,nd->kd", W_inv, Zf, seen * X), sigma_x ** 2 * W_inv
+
+
+def impute_missing(X: np.ndarray, observed: np.ndarray, Z: np.ndarray, M: np.ndarray, S: np.ndarray,
+                   sigma_x: float, rng: np.random.Generator) -> np.ndarray:
+    """X (t x D) with its missing entries drawn from p(X_missing | Z, X_observed): every column of A from its
+    posterior (mean M[:, d], covariance S[d]; ``column_posteriors``), then N(Z A, sigma_X^2)."""
+    A = M + np.einsum("dkj,dj->kd", np.linalg.cholesky(S), rng.standard_normal(M.shape[::-1]))
+    return np.where(observed, X, Z @ A + sigma_x * rng.standard_normal(X.shape))
+
+
+def move_lg_particle(X: np.ndarray, observed: np.ndarray | None, Z: np.ndarray, alpha: float, sigma_x: float,
+                     sigma_a: float, rows: int, max_new: int, rng: np.random.Generator) -> dict[str, np.ndarray]:
+    """One linear-Gaussian particle's move (module docstring): Z (t x K+, no empty column) given the rows X
+    (t x D) seen so far; returns the new {"Z", "M", "S"} (S: 1 x K+ x K+ shared, or D x K+ x K+ per column).
+
+    With missing entries (``observed``, t x D), the move is an exact data augmentation: the missing entries
+    are drawn given Z (``impute_missing``), the rows of Z updated given the completed X, and the imputed
+    values dropped, which keeps P(Z | X_observed) invariant."""
+    state = LGGibbsState(Z, alpha, sigma_x, sigma_a)
+    if observed is None:
+        Z = gibbs_rows(X, state, past_rows(X.shape[0], rows, rng), max_new, rng)
+        W_inv, M, _ = feature_posterior(Z, X, sigma_x, sigma_a)
+        return {"Z": Z, "M": M, "S": sigma_x ** 2 * W_inv[None]}
+    filled = impute_missing(X, observed, Z, *column_posteriors(Z, X, observed, sigma_x, sigma_a), sigma_x, rng)
+    Z = gibbs_rows(filled, state, past_rows(X.shape[0], rows, rng), max_new, rng)
+    M, S = column_posteriors(Z, X, observed, sigma_x, sigma_a)
+    return {"Z": Z, "M": M, "S": S}
+
+
+def move_lg_particles(block: LGParticles, X: np.ndarray, observed: np.ndarray | None, alpha: float, sigma_x: float,
+                      sigma_a: float, rows: int, rng: np.random.Generator, max_new: int = 4) -> LGParticles:
+    """Every particle of ``block`` moved (``move_lg_particle``) given the first ``block.n_rows`` rows of X (all
+    rows, N x D; ``observed`` N x D or None, which needs a block with one S per column or a shared one);
+    feature axes re-packed to the new K+."""
+    t = block.n_rows
+    seen = np.asarray(X[:t], np.float64)
+    seen_observed = None if observed is None else np.asarray(observed[:t], bool)
+    return pack_particles(block, [move_lg_particle(seen, seen_observed, z[:t][:, m > 0], alpha, sigma_x, sigma_a,
+                                                   rows, max_new, rng) for z, m in zip(block.Z, block.m)])
 
 
 def pack_particles(block: Block, particles: list[dict[str, np.ndarray]]) -> Block:

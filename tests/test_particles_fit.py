@@ -22,7 +22,7 @@ from buffet.pipeline.reports.ibp import add_true_z
 from helpers import assert_same, buffet, checkpoint, restored_driver, run_main
 
 # Both filters with resample-move (2 past rows per move), so their moves are under the tests of determinism
-# across workers and (noisy-OR; the linear-Gaussian one is resumed on masked data, which has no moves) of resume.
+# across workers and of resume (the linear-Gaussian one on masked data) too.
 CONFIGS = {"pf-linear-gaussian": LGParticleConfig(particles=60, blocks=3, sigma_x=0.5, seed=3, moves=2),
            "pf-noisy-or": NoisyORParticleConfig(particles=60, blocks=3, alpha=3.0, seed=3, moves=2)}
 
@@ -102,7 +102,7 @@ def test_moving_particles_between_blocks_equals_resampling_the_gathered_particle
 @pytest.mark.parametrize("model, store", [("pf-noisy-or", "pf-noisy-or"), ("pf-linear-gaussian", "masked")])
 def test_resumed_filter_ends_like_an_uninterrupted_one(tmp_path, stores, model, store):
     config = CONFIGS[model]
-    config = type(config)(**{**vars(config), "checkpoint_every": 2, "moves": 0 if store == "masked" else config.moves})
+    config = type(config)(**{**vars(config), "checkpoint_every": 2})
     whole = fit_run(model, source_of(stores[store]), tmp_path / "whole", config, Engine(), quiet=True)
     part = fit_run(model, source_of(stores[store]), tmp_path / "part", config, Engine(), stop_after=3, quiet=True)
     assert part.status == "interrupted"
@@ -143,9 +143,6 @@ def test_more_blocks_than_particles_and_bad_settings_are_handled(tmp_path, store
     with pytest.raises(UserError, match="moves must be >= 0"):
         fit_run("pf-noisy-or", source_of(stores["pf-noisy-or"]), tmp_path / "bad-moves",
                 NoisyORParticleConfig(moves=-1), Engine(), quiet=True)
-    with pytest.raises(UserError, match="--moves needs data without an observation mask"):
-        fit_run("pf-linear-gaussian", source_of(stores["masked"]), tmp_path / "masked-moves",
-                LGParticleConfig(moves=1), Engine(), quiet=True)
     with pytest.raises(UserError, match="proposal must be one of prior, guided"):
         fit_run("pf-linear-gaussian", source_of(stores["pf-linear-gaussian"]), tmp_path / "bad-proposal",
                 LGParticleConfig(proposal="optimal"), Engine(), quiet=True)

@@ -52,6 +52,10 @@ from buffet.pipeline.models.ibp_data import read_dense_rows
 from buffet.pipeline.models.noisy_or import NOISY_OR_HELP, noisy_or_params
 
 PARTICLES = "particles"  # the named state: the blocks of particles
+MOVES_HELP = ("Resample-move: after each resampling, every particle's Z is re-drawn on this many past rows picked at "
+              "random (and, for noisy-OR, its Y entry by entry) by Gibbs updates that keep the posterior of the rows "
+              "seen (0 = plain resampling, the paper's algorithm). Costs about this many Gibbs row updates per "
+              "particle and resampling.")
 
 
 # ----- configs: the settings and the model-specific kernel calls -----
@@ -72,10 +76,7 @@ class ParticleConfig:
     ess_threshold: float = option(0.5, "Resample when the effective sample size falls below this fraction of P, "
                                        "in [0, 1]. 1 resamples after every row with uneven weights, as in the paper; "
                                        "lower resamples less often, 0 never.")
-    moves: int = option(0, "Resample-move: after each resampling, every particle's Z is re-drawn on this many past "
-                           "rows picked at random (and, for noisy-OR, its Y entry by entry) by Gibbs updates that "
-                           "keep the posterior of the rows seen (0 = plain resampling). Costs about this many "
-                           "Gibbs row updates per particle and resampling.")
+    moves: int = option(0, MOVES_HELP)
 
     BINARY: ClassVar[bool] = False
     BLOCK_CLS: ClassVar[type] = ibp_prior.IBPParticles
@@ -87,9 +88,6 @@ class ParticleConfig:
             raise UserError(f"ess_threshold must be in [0, 1], got {self.ess_threshold}")
         if self.moves < 0:
             raise UserError(f"moves must be >= 0, got {self.moves}")
-
-    def check_rows(self, rows: DenseRows) -> None:
-        """Refuse data the settings cannot handle (the models with limits override it)."""
 
     def empty_block(self, size: int, n_rows: int, n_cols: int, masked: bool) -> ibp_prior.IBPParticles:
         """A block of ``size`` particles with no rows yet (each model's config implements it)."""
@@ -122,6 +120,8 @@ class LGParticleConfig(ParticleConfig):
     proposal: str = option("guided", "Proposal of a row's features z_i: 'prior' (the paper's IBP prior) or "
                                      "'guided' (weighs each existing feature by how well it explains x_i; it had the "
                                      "lower error at equal time on the paper's images).")
+    moves: int = option(10, MOVES_HELP + " The default 10 had the lower error at equal time on the four-image data "
+                                         "(benchmarks/README.md section 18).")
 
     BLOCK_CLS: ClassVar[type] = LGParticles
 
@@ -130,11 +130,6 @@ class LGParticleConfig(ParticleConfig):
         require_positive(self, ("sigma_x", "sigma_a"))
         if self.proposal not in PROPOSALS:
             raise UserError(f"proposal must be one of {', '.join(PROPOSALS)}, got {self.proposal!r}")
-
-    def check_rows(self, rows: DenseRows) -> None:
-        if self.moves and rows.mask is not None:
-            raise UserError("--moves needs data without an observation mask for pf-linear-gaussian (this data has "
-                            "one): run with --moves 0")
 
     def empty_block(self, size: int, n_rows: int, n_cols: int, masked: bool) -> LGParticles:
         return init_lg_particles(size, n_rows, n_cols, per_column=masked)
@@ -149,7 +144,7 @@ class LGParticleConfig(ParticleConfig):
 
     def move(self, block: LGParticles, X: np.ndarray, observed: np.ndarray | None,
              rng: np.random.Generator) -> LGParticles:
-        return move_lg_particles(block, X, self.alpha, self.sigma_x, self.sigma_a, self.moves, rng)
+        return move_lg_particles(block, X, observed, self.alpha, self.sigma_x, self.sigma_a, self.moves, rng)
 
 
 @dataclass
@@ -159,6 +154,8 @@ class NoisyORParticleConfig(ParticleConfig):
     p: float = option(0.1, NOISY_OR_HELP["p"])
     lam: float = option(0.9, NOISY_OR_HELP["lam"])
     eps: float = option(0.01, NOISY_OR_HELP["eps"])
+    moves: int = option(2, MOVES_HELP + " The default 2 had the lower error at equal time on paper 001's figure-5 "
+                                        "data (benchmarks/README.md section 18).")
 
     BINARY: ClassVar[bool] = True
     BLOCK_CLS: ClassVar[type] = NoisyORParticles
@@ -243,7 +240,6 @@ class ParticleDriver:
         config.check()
         self.config, self.source, self.engine, self.label = config, source, engine, label
         self.rows = read_dense_rows(source, config.BINARY)
-        config.check_rows(self.rows)
         self.n_rows = self.rows.n_rows
         self.data = engine.share(self.rows)
         self.bounds = block_bounds(config.particles, config.blocks)
