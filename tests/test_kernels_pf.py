@@ -416,7 +416,9 @@ def test_lg_resample_move_leaves_the_exact_posterior_invariant(masked):
     imputed from the particle's posterior first), repeated from empty particles with every row seen, sample
     the exact class posterior of Z, and leave M and S the exact posterior of A. TV over seeds 1-3: 0.058-0.060
     without missing entries; the new features' prior at N + 1 rows instead of N (a bug tried by editing the
-    kernel) gives 0.090-0.123 (0.105 with seed 1). With missing entries: MASKSTATS."""
+    kernel) gives 0.090-0.123 (0.105 with seed 1). With missing entries (3 of 15) the chain mixes slower: TV
+    0.068-0.076 over seeds 1-3 (0.042 with 3000 moves, seed 1); imputing the posterior mean Z M instead of a draw
+    (a bug tried) gives 0.163."""
     rng = np.random.default_rng(2)
     alpha, sx, sa = 0.8, 0.7, 1.0
     X = linear_gaussian_x(TINY_Z, rng.normal(size=(2, 5)) * sa, sx, rng)
@@ -428,4 +430,4 @@ def test_lg_resample_move_leaves_the_exact_posterior_invariant(masked):
     empty = dataclasses.replace(init_lg_particles(8, 3, 5, per_column=masked), n_rows=3)
     moved, _ = _moved_class_frequencies(empty, _lg_move_checking_means(X, observed, alpha, sx, sa), seed=1,
                                         moves=1000)
-    assert total_variation(exact, moved) < 0.075
+    assert total_variation(exact, moved) < (0.1 if masked else 0.075)
