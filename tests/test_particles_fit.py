@@ -84,7 +84,7 @@ def _reference_filter(config, X):
 def test_moving_particles_between_blocks_equals_resampling_the_gathered_particles(tmp_path, stores, blocks, proposal,
                                                                                   ess_threshold):
     config = LGParticleConfig(particles=50, blocks=blocks, sigma_x=0.5, seed=1, proposal=proposal,
-                              ess_threshold=ess_threshold)
+                              ess_threshold=ess_threshold, moves=0)    # the reference has no resample-move
     run = fit_run("pf-linear-gaussian", source_of(stores["pf-linear-gaussian"]), tmp_path / "run", config, Engine(),
                   quiet=True)
     driver = restored_driver(run, (PARTICLES,))
