@@ -64,11 +64,12 @@ def move_noisy_or_particles(block: NoisyORParticles, X: np.ndarray, observed: np
 def column_posteriors(Z: np.ndarray, X: np.ndarray, observed: np.ndarray, sigma_x: float,
                       sigma_a: float) -> tuple[np.ndarray, np.ndarray]:
     """The posterior of A given Z (t x K) and the observed entries of X (t x D): mean (K x D) and one covariance
-    per column (D x K x K), column d from the rows where it is observed (``lg_particles``'s per-column layout)."""
+    per column (D x K x K), column d from the rows where it is observed (``lg_particles``'s per-column layout);
+    the values of X at missing entries are never read."""
     Zf, seen = np.asarray(Z, np.float64), observed.astype(np.float64)
     W = np.einsum("nk,nd,nj->dkj", Zf, seen, Zf) + (sigma_x / sigma_a) ** 2 * np.eye(Zf.shape[1])
     W_inv = np.linalg.inv(W)
-    return np.einsum("dkj,nj,nd->kd", W_inv, Zf, seen * X), sigma_x ** 2 * W_inv
+    return np.einsum("dkj,nj,nd->kd", W_inv, Zf, np.where(observed, X, 0.0)), sigma_x ** 2 * W_inv
 
 
 def impute_missing(X: np.ndarray, observed: np.ndarray, Z: np.ndarray, M: np.ndarray, S: np.ndarray,
@@ -101,8 +102,8 @@ def move_lg_particle(X: np.ndarray, observed: np.ndarray | None, Z: np.ndarray, 
 def move_lg_particles(block: LGParticles, X: np.ndarray, observed: np.ndarray | None, alpha: float, sigma_x: float,
                       sigma_a: float, rows: int, rng: np.random.Generator, max_new: int = 4) -> LGParticles:
     """Every particle of ``block`` moved (``move_lg_particle``) given the first ``block.n_rows`` rows of X (all
-    rows, N x D; ``observed`` N x D or None, which needs a block with one S per column or a shared one);
-    feature axes re-packed to the new K+."""
+    rows, N x D; ``observed`` N x D, with a block of one S per column (``init_lg_particles(per_column=True)``),
+    or None); feature axes re-packed to the new K+."""
     t = block.n_rows
     seen = np.asarray(X[:t], np.float64)
     seen_observed = None if observed is None else np.asarray(observed[:t], bool)
