@@ -66,10 +66,11 @@ def column_posteriors(Z: np.ndarray, X: np.ndarray, observed: np.ndarray, sigma_
     """The posterior of A given Z (t x K) and the observed entries of X (t x D): mean (K x D) and one covariance
     per column (D x K x K), column d from the rows where it is observed (``lg_particles``'s per-column layout);
     the values of X at missing entries are never read."""
-    Zf, seen = np.asarray(Z, np.float64), observed.astype(np.float64)
-    W = np.einsum("nk,nd,nj->dkj", Zf, seen, Zf) + (sigma_x / sigma_a) ** 2 * np.eye(Zf.shape[1])
+    Zf = np.asarray(Z, np.float64)
+    W = Zf.T @ (observed.T[:, :, None] * Zf) + (sigma_x / sigma_a) ** 2 * np.eye(Zf.shape[1])     # (D, K, K)
     W_inv = np.linalg.inv(W)
-    return np.einsum("dkj,nj,nd->kd", W_inv, Zf, np.where(observed, X, 0.0)), sigma_x ** 2 * W_inv
+    ZtX = Zf.T @ np.where(observed, X, 0.0)                                                       # (K, D)
+    return np.einsum("dkj,jd->kd", W_inv, ZtX), sigma_x ** 2 * W_inv
 
 
 def impute_missing(X: np.ndarray, observed: np.ndarray, Z: np.ndarray, M: np.ndarray, S: np.ndarray,

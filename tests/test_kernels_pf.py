@@ -389,25 +389,18 @@ def test_resample_move_leaves_the_exact_posterior_invariant():
     assert not (last.Y & (last.m == 0)[:, :, None]).any()
 
 
-def _lg_move_checking_means(X, observed, alpha, sx, sa):
-    """The linear-Gaussian resample-move of 2 past rows, checking that every particle's M and S after it are
-    the exact feature posterior of its new Z (W^{-1} Z^T X and sigma_X^2 W^{-1}, per column with missing
-    entries: from the column's observed rows)."""
-    from buffet.kernels.pf_moves import move_lg_particles
-
-    def move(block, rng):
-        block = move_lg_particles(block, X, observed, alpha, sx, sa, 2, rng)
-        for l in range(block.n_particles):
-            k = block.n_features[l]
-            for d in range(X.shape[1]) if observed is not None else [None]:
-                rows = slice(None) if d is None else observed[:, d]
-                cols = slice(None) if d is None else slice(d, d + 1)
-                W_inv, M, _ = feature_posterior(block.Z[l, rows, :k], X[rows, cols], sx, sa)
-                np.testing.assert_allclose(block.M[l, :k, cols], M, atol=1e-9)
-                np.testing.assert_allclose(block.S[l, d or 0, :k, :k], sx ** 2 * W_inv, atol=1e-9)
-            assert not block.M[l, k:].any() and not block.S[l, :, k:].any()
-        return block
-    return move
+def _assert_exact_feature_posteriors(block, X, observed, sx, sa):
+    """Every particle's M and S are the exact feature posterior of its Z (W^{-1} Z^T X and sigma_X^2 W^{-1}; per
+    column with missing entries, from the column's observed rows), zero beyond its K+."""
+    for l in range(block.n_particles):
+        k = block.n_features[l]
+        for d in range(X.shape[1]) if observed is not None else [None]:
+            rows = slice(None) if d is None else observed[:, d]
+            cols = slice(None) if d is None else slice(d, d + 1)
+            W_inv, M, _ = feature_posterior(block.Z[l, rows, :k], X[rows, cols], sx, sa)
+            np.testing.assert_allclose(block.M[l, :k, cols], M, atol=1e-9)
+            np.testing.assert_allclose(block.S[l, d or 0, :k, :k], sx ** 2 * W_inv, atol=1e-9)
+        assert not block.M[l, k:].any() and not block.S[l, :, k:].any()
 
 
 @pytest.mark.parametrize("masked", [False, True])
@@ -419,6 +412,8 @@ def test_lg_resample_move_leaves_the_exact_posterior_invariant(masked):
     kernel) gives 0.090-0.123 (0.105 with seed 1). With missing entries (3 of 15) the chain mixes slower: TV
     0.068-0.076 over seeds 1-3 (0.042 with 3000 moves, seed 1); imputing the posterior mean Z M instead of a draw
     (a bug tried) gives 0.163."""
+    from buffet.kernels.pf_moves import move_lg_particles
+
     rng = np.random.default_rng(2)
     alpha, sx, sa = 0.8, 0.7, 1.0
     X = linear_gaussian_x(TINY_Z, rng.normal(size=(2, 5)) * sa, sx, rng)
@@ -428,6 +423,7 @@ def test_lg_resample_move_leaves_the_exact_posterior_invariant(masked):
         observed[[0, 1, 2], [1, 3, 3]] = False
     exact = exact_class_posterior(3, 7, alpha, lambda Z: collapsed_log_likelihood(X, Z, sx, sa, observed))
     empty = dataclasses.replace(init_lg_particles(8, 3, 5, per_column=masked), n_rows=3)
-    moved, _ = _moved_class_frequencies(empty, _lg_move_checking_means(X, observed, alpha, sx, sa), seed=1,
-                                        moves=1000)
+    moved, last = _moved_class_frequencies(empty, lambda b, r: move_lg_particles(b, X, observed, alpha, sx, sa, 2, r),
+                                           seed=1, moves=1000)
     assert total_variation(exact, moved) < (0.1 if masked else 0.075)
+    _assert_exact_feature_posteriors(last, X, observed, sx, sa)
