@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, replace
+from typing import Iterable
 
 import numpy as np
 from scipy.linalg import cho_factor, cho_solve
@@ -221,6 +222,16 @@ def _start_sweep(X: np.ndarray, state: LGGibbsState, max_new: int, rng: np.rando
                   log_prior_new=new_feature_log_prior(X.shape[0], state.alpha, max_new).tolist(), rng=rng)
 
 
+def gibbs_rows(X: np.ndarray, state: LGGibbsState, rows: Iterable[int], max_new: int,
+               rng: np.random.Generator) -> np.ndarray:
+    """Collapsed Gibbs updates of the given rows of Z in turn (repeats allowed), X complete (module docstring).
+    Returns the new Z (N x K+, bool, no zero columns)."""
+    sw = _start_sweep(X, state, max_new, rng)
+    for i in rows:
+        _gibbs_row(int(i), sw)
+    return sw.Z[:, sw.m > 0] > 0
+
+
 _OPTIONS = ((1, 0), (0, 1), (1, 1))   # a row of a split feature in a only, b only or both
 
 
@@ -373,10 +384,7 @@ def gibbs_sweep(X: np.ndarray, state: LGGibbsState, rng: np.random.Generator,
     entries that are data (the others are imputed). Returns the new state.
     """
     X = _completed(X, state, observed)
-    sw = _start_sweep(X, state, max_new, rng)
-    for i in range(X.shape[0]):
-        _gibbs_row(i, sw)
-    Z = sw.Z[:, sw.m > 0] > 0
+    Z = gibbs_rows(X, state, range(X.shape[0]), max_new, rng)
     for _ in range(split_merge_moves):
         Z = split_merge(X, Z, state.alpha, state.sigma_x, state.sigma_a, rng)
     state = replace(state, Z=Z)

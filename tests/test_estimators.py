@@ -170,6 +170,17 @@ def test_particle_filter_partial_fit_continues_and_score_changes_nothing(data):
         np.testing.assert_array_equal(model.particles_[key], value)
 
 
+def test_particle_filter_continues_without_moves(data):
+    """Resample-move re-reads the rows seen, which a continued filter does not keep, so ``partial_fit``
+    continues a filter fitted with moves as plain resampling: the same as setting moves to 0 first."""
+    X, _, _, X_new, _ = data["binary"]
+    make = FAST["NoisyORParticleFilter"][0]
+    fitted = {moves: make().set_params(moves=2, ess_threshold=1.0).fit(X).set_params(moves=moves).partial_fit(X_new)
+              for moves in (0, 2)}
+    assert fitted[2].trace_[X.shape[0]]["resampled"]      # a resampling in the continuation, which moves would follow
+    np.testing.assert_array_equal(fitted[2].zzt_, fitted[0].zzt_)
+
+
 def test_bad_input_is_refused_with_a_value_error(data):
     X, mask, _, X_new, _ = data["real"]
     with pytest.raises(ValueError, match="negative count"):

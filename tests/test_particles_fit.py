@@ -21,9 +21,9 @@ from buffet.pipeline.reports.ibp import add_true_z
 
 from helpers import assert_same, buffet, checkpoint, restored_driver, run_main
 
-# The noisy-OR filter with resample-move (2 past rows per move), so its moves are under the tests of
-# determinism across workers and of resume too.
-CONFIGS = {"pf-linear-gaussian": LGParticleConfig(particles=60, blocks=3, sigma_x=0.5, seed=3),
+# Both filters with resample-move (2 past rows per move), so their moves are under the tests of determinism
+# across workers and of resume (the linear-Gaussian one on masked data) too.
+CONFIGS = {"pf-linear-gaussian": LGParticleConfig(particles=60, blocks=3, sigma_x=0.5, seed=3, moves=2),
            "pf-noisy-or": NoisyORParticleConfig(particles=60, blocks=3, alpha=3.0, seed=3, moves=2)}
 
 
@@ -84,7 +84,7 @@ def _reference_filter(config, X):
 def test_moving_particles_between_blocks_equals_resampling_the_gathered_particles(tmp_path, stores, blocks, proposal,
                                                                                   ess_threshold):
     config = LGParticleConfig(particles=50, blocks=blocks, sigma_x=0.5, seed=1, proposal=proposal,
-                              ess_threshold=ess_threshold)
+                              ess_threshold=ess_threshold, moves=0)    # the reference has no resample-move
     run = fit_run("pf-linear-gaussian", source_of(stores["pf-linear-gaussian"]), tmp_path / "run", config, Engine(),
                   quiet=True)
     driver = restored_driver(run, (PARTICLES,))

@@ -12,6 +12,7 @@ row, new features left out), by a short seeded Gibbs scan (``kernels.bmf.sample_
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any, ClassVar
 
 import numpy as np
@@ -107,14 +108,15 @@ class _ParticleFilter(_IBPModel):
     def _continued(self, X, mask, client) -> ParticleDriver:
         """A driver holding the fitted particles, ready to process the rows of ``X`` after the fitted ones.
 
-        The fitted rows are not kept: the driver's data are zeros in their place (the filter never
-        reads a processed row again) followed by the new rows; the particles' row axis is extended."""
+        The fitted rows are not kept: the driver's data are zeros in their place followed by the new rows;
+        the particles' row axis is extended. Only resample-move reads a processed row again, so the
+        continued filter runs without moves (plain resampling, still an exact filter)."""
         X, observed = dense_matrix(X, mask)
         self._check_columns(X.shape[1])
         if observed is not None and not self.masked_ and not self.noisy_or:
             raise InputError("the filter was fitted without missing entries, so it keeps one covariance for all "
                              "columns; refit it with a mask to process rows with missing entries")
-        config = self._config()
+        config = replace(self._config(), moves=0)
         n_old = self.n_rows_
         data = np.vstack([np.zeros((n_old, X.shape[1])), X])
         full = None

@@ -10,8 +10,10 @@ with run seeds 0, 1, ...; points are the mean time and mean error with standard 
 
 * ``pf-images`` (paper 001 figure 3): one data set, 100 rows of the four 6x6 images, z ~ Bern(0.5),
   sigma_X = 0.5; ZZ^T error (SPEC 4). The filters and the Gibbs chains use alpha = 1,
-  sigma_X = 0.5, sigma_A = 1 (Gibbs resamples all three each sweep, SPEC 3.4). Option ``proposal``
-  (``run_experiment(..., options={"proposal": "prior"})``): the filter's proposal of z_i.
+  sigma_X = 0.5, sigma_A = 1 (Gibbs resamples all three each sweep, SPEC 3.4); the filters of all three
+  experiments are the paper's algorithms, without resample-move (``moves`` 0; with moves:
+  benchmarks/pf_particles_curve.py). Option ``proposal`` (``run_experiment(..., options={"proposal":
+  "prior"})``): the filter's proposal of z_i.
 * ``pf-noisy-or`` (paper 001 figure 5): Z 6 x 4 from the IBP(3), Y 4 x 250 with p = 0.1, X from
   eq. 8 with lambda = 0.9, eps = 0.01; ZZ^T error; alpha = 3, p, lambda, eps at their true values
   (Gibbs resamples alpha).
@@ -224,7 +226,7 @@ def pf_images(out_dir: Path, seeds: int, quick: bool, proposal: str = LGParticle
     rows = MemoryRows(data.X)
     pf, gibbs = filter_and_gibbs(
         lambda p, seed: LGParticleConfig(particles=p, blocks=1, alpha=1.0, sigma_x=0.5, sigma_a=1.0, seed=seed,
-                                         proposal=proposal),
+                                         proposal=proposal, moves=0),
         lambda s, seed: LGGibbsConfig(sweeps=s, chains=1, alpha=1.0, sigma_x=0.5, sigma_a=1.0, seed=seed),
         lambda seed: rows, particles, sweeps, seeds, lambda post, seed: zzt_error(post["zzt"], data.Z))
     p100 = next((p for p in pf if p.setting == 100), None)
@@ -249,7 +251,7 @@ def pf_noisy_or(out_dir: Path, seeds: int, quick: bool) -> list[Path]:
     data = noisy_or_data(np.random.default_rng(0))
     rows = MemoryRows(data.X.astype(np.float64))
     pf, gibbs = filter_and_gibbs(
-        lambda p, seed: NoisyORParticleConfig(particles=p, blocks=1, alpha=3.0, seed=seed),
+        lambda p, seed: NoisyORParticleConfig(particles=p, blocks=1, alpha=3.0, seed=seed, moves=0),
         lambda s, seed: NoisyORGibbsConfig(sweeps=s, chains=1, alpha=3.0, seed=seed),
         lambda seed: rows, particles, sweeps, seeds, lambda post, seed: zzt_error(post["zzt"], data.Z))
     notes = [f"Data: Z 6 x 4 from the IBP(3), Y 4 x 250 with p = 0.1, lambda = 0.9, eps = 0.01; "
@@ -303,7 +305,8 @@ def ibp_speed(out_dir: Path, seeds: int, quick: bool) -> list[Path]:
               for seed, (x, _, _) in enumerate(draws)]
     sigma_x = float(np.sqrt(0.5))
     pf, gibbs = filter_and_gibbs(
-        lambda p, seed: LGParticleConfig(particles=p, blocks=1, alpha=1.0, sigma_x=sigma_x, sigma_a=1.0, seed=seed),
+        lambda p, seed: LGParticleConfig(particles=p, blocks=1, alpha=1.0, sigma_x=sigma_x, sigma_a=1.0, seed=seed,
+                                         moves=0),
         lambda s, seed: LGGibbsConfig(sweeps=s, chains=1, alpha=1.0, sigma_x=sigma_x, sigma_a=1.0, seed=seed),
         lambda seed: MemoryRows(draws[seed][0]), particles, sweeps, seeds,
         lambda post, seed: _base_error(draws[seed][2], post["A_mean"]))

@@ -16,8 +16,8 @@ with the tasks (``Engine.share``). One step processes one row i of X:
    blocks its ancestors are in (``Engine.regroup``; systematic ancestors are sorted, so particles only
    move between neighbouring blocks) and a task takes the ancestors from them, given the small
    per-destination lists of particle indices (``rebuild_task``); the weights become uniform;
-4. with ``moves`` (noisy-OR), every rebuilt block is then moved (resample-move, ``kernels.pf_moves``):
-   Gibbs updates of some past rows of Z and of Y that keep the posterior of the rows seen, with the
+4. with ``moves``, every rebuilt block is then moved (resample-move, ``kernels.pf_moves``): Gibbs updates
+   of some past rows of Z (and of Y for noisy-OR) that keep the posterior of the rows seen, with the
    generator ``stream(seed, "move", i, b)``.
 
 The client holds only the weights, the log-evidence and the number of rows done
@@ -39,7 +39,7 @@ from buffet.data.store import DenseRows
 from buffet.kernels import ibp_prior, ibp_summary
 from buffet.kernels.lg_particles import LGParticles, init_lg_particles
 from buffet.kernels.pf_linear_gaussian import pf_linear_gaussian_step
-from buffet.kernels.pf_moves import move_noisy_or_particles
+from buffet.kernels.pf_moves import move_lg_particles, move_noisy_or_particles
 from buffet.kernels.pf_noisy_or import NoisyORParticles, init_noisy_or_particles, pf_noisy_or_step
 from buffet.kernels.pf_proposals import PROPOSALS
 from buffet.kernels.resampling import (ancestor_locations, concatenate_blocks, effective_sample_size,
@@ -52,6 +52,10 @@ from buffet.pipeline.models.ibp_data import read_dense_rows
 from buffet.pipeline.models.noisy_or import NOISY_OR_HELP, noisy_or_params
 
 PARTICLES = "particles"  # the named state: the blocks of particles
+MOVES_HELP = ("Resample-move: after each resampling, every particle's Z is re-drawn on this many past rows picked at "
+              "random (and, for noisy-OR, its Y entry by entry) by Gibbs updates that keep the posterior of the rows "
+              "seen (0 = plain resampling, the paper's algorithm). Costs about this many Gibbs row updates per "
+              "particle and resampling.")
 
 
 # ----- configs: the settings and the model-specific kernel calls -----
@@ -72,6 +76,7 @@ class ParticleConfig:
     ess_threshold: float = option(0.5, "Resample when the effective sample size falls below this fraction of P, "
                                        "in [0, 1]. 1 resamples after every row with uneven weights, as in the paper; "
                                        "lower resamples less often, 0 never.")
+    moves: int = option(0, MOVES_HELP)
 
     BINARY: ClassVar[bool] = False
     BLOCK_CLS: ClassVar[type] = ibp_prior.IBPParticles
@@ -81,6 +86,8 @@ class ParticleConfig:
         require_positive(self, ("alpha",))
         if not 0.0 <= self.ess_threshold <= 1.0:
             raise UserError(f"ess_threshold must be in [0, 1], got {self.ess_threshold}")
+        if self.moves < 0:
+            raise UserError(f"moves must be >= 0, got {self.moves}")
 
     def empty_block(self, size: int, n_rows: int, n_cols: int, masked: bool) -> ibp_prior.IBPParticles:
         """A block of ``size`` particles with no rows yet (each model's config implements it)."""
@@ -95,14 +102,9 @@ class ParticleConfig:
         """The per-particle feature matrix summarised as E[A] (L, Kc, D)."""
         raise NotImplementedError
 
-    @property
-    def moves_after_resampling(self) -> bool:
-        """Whether resampled blocks get resample-move steps (``move``); a model without them has none."""
-        return False
-
     def move(self, block: ibp_prior.IBPParticles, X: np.ndarray, observed: np.ndarray | None,
              rng: np.random.Generator) -> ibp_prior.IBPParticles:
-        """The resample-move step of every particle of ``block`` (the models that have one)."""
+        """The resample-move step of every particle of ``block`` (``moves`` > 0)."""
         raise NotImplementedError
 
 
@@ -118,6 +120,8 @@ class LGParticleConfig(ParticleConfig):
     proposal: str = option("guided", "Proposal of a row's features z_i: 'prior' (the paper's IBP prior) or "
                                      "'guided' (weighs each existing feature by how well it explains x_i; it had the "
                                      "lower error at equal time on the paper's images).")
+    moves: int = option(10, MOVES_HELP + " The default 10 had the lower error at equal time on the four-image data "
+                                         "(benchmarks/README.md section 19).")
 
     BLOCK_CLS: ClassVar[type] = LGParticles
 
@@ -138,6 +142,10 @@ class LGParticleConfig(ParticleConfig):
     def features(self, block: LGParticles) -> np.ndarray:
         return block.M
 
+    def move(self, block: LGParticles, X: np.ndarray, observed: np.ndarray | None,
+             rng: np.random.Generator) -> LGParticles:
+        return move_lg_particles(block, X, observed, self.alpha, self.sigma_x, self.sigma_a, self.moves, rng)
+
 
 @dataclass
 class NoisyORParticleConfig(ParticleConfig):
@@ -146,9 +154,8 @@ class NoisyORParticleConfig(ParticleConfig):
     p: float = option(0.1, NOISY_OR_HELP["p"])
     lam: float = option(0.9, NOISY_OR_HELP["lam"])
     eps: float = option(0.01, NOISY_OR_HELP["eps"])
-    moves: int = option(0, "Resample-move: after each resampling, every particle's Z is re-drawn on this many past "
-                           "rows picked at random, and its Y entry by entry, by Gibbs updates that keep the "
-                           "posterior of the rows seen (0 = plain resampling).")
+    moves: int = option(2, MOVES_HELP + " The default 2 had the lower error at equal time on paper 001's figure-5 "
+                                        "data (benchmarks/README.md section 19).")
 
     BINARY: ClassVar[bool] = True
     BLOCK_CLS: ClassVar[type] = NoisyORParticles
@@ -156,12 +163,6 @@ class NoisyORParticleConfig(ParticleConfig):
     def check(self) -> None:
         super().check()
         noisy_or_params(self)
-        if self.moves < 0:
-            raise UserError(f"moves must be >= 0, got {self.moves}")
-
-    @property
-    def moves_after_resampling(self) -> bool:
-        return self.moves > 0
 
     def empty_block(self, size: int, n_rows: int, n_cols: int, masked: bool) -> NoisyORParticles:
         return init_noisy_or_particles(size, n_rows, n_cols)
@@ -301,7 +302,7 @@ class ParticleDriver:
         if resample:
             groups, picks = resampling_plan(systematic_resample(weights, float(self.uniforms[step])), self.bounds)
             blocks = engine.map(rebuild_task, engine.regroup(ancestor_blocks, blocks, groups), engine.from_values(picks))
-            if self.config.moves_after_resampling:
+            if self.config.moves:
                 blocks = engine.map(move_task, self.config, blocks, self.data, step, engine.indices(self.n_blocks))
             weights = np.full(weights.size, 1.0 / weights.size)
         engine.keep(PARTICLES, blocks)
