@@ -33,7 +33,7 @@ from dataclasses import dataclass
 
 import numpy as np
 from scipy.linalg import cho_factor, cho_solve, solve_triangular
-from scipy.special import expit, gammaln, logsumexp
+from scipy.special import expit, gammaln
 
 from buffet.kernels.bmf import BinaryPrior, Observation, weight_log_prior
 
@@ -126,8 +126,10 @@ def weight_proposal(problem: Restricted, Z: np.ndarray) -> tuple[np.ndarray, np.
         d1, d2 = entry_derivatives(problem.model.likelihood, problem.X, problem.predictor(Z, w), problem.model.theta)
         d1, d2 = np.where(problem.mask, d1, 0.0), np.where(problem.mask, d2, 0.0)
         grad = Zf.T @ d1 @ other - problem.settings.phi * (w - problem.settings.w0)
-        curvature = np.einsum("rj,jl,jm->rlm", d2, other, other)
-        precision = np.einsum("rf,rg,rlm->flgm", Zf, Zf, curvature).reshape(F * L, F * L)
+        curvature = (d2[:, None, :] * other.T[None]) @ other                              # (R, L, L)
+        pairs = (Zf[:, :, None] * Zf[:, None, :]).reshape(-1, F * F)
+        precision = (pairs.T @ curvature.reshape(-1, L * L)).reshape(F, F, L, L).transpose(0, 2, 1, 3)
+        precision = precision.reshape(F * L, F * L)
         return grad.ravel(), precision + problem.settings.phi * np.eye(F * L)
 
     w = np.full((F, L), problem.settings.w0)
@@ -160,6 +162,15 @@ def gaussian_log_density(w: np.ndarray, mean: np.ndarray, precision: np.ndarray)
 
 # ----- restricted Gibbs scans -----
 
+def state_log_lik(problem: Restricted, W2: np.ndarray) -> np.ndarray:
+    """(R, 3): each row's log likelihood in each split state given weight rows W2 (2 x L), -inf where the
+    state is not allowed. A row's likelihood does not depend on the other rows' states."""
+    R, J = problem.X.shape
+    M = problem.base[:, None, :] + (STATES.astype(np.float64) @ W2 @ problem.other.T.astype(np.float64))[None]
+    lik = problem.model.rows(np.repeat(problem.X, 3, axis=0), np.repeat(problem.mask, 3, axis=0), M.reshape(R * 3, J))
+    return np.where(problem.allowed(), lik.reshape(R, 3), -np.inf)
+
+
 def restricted_scan(problem: Restricted, AB: np.ndarray, W2: np.ndarray, rng: np.random.Generator,
                     target: np.ndarray | None = None) -> tuple[np.ndarray, float]:
     """One Gibbs pass over S's rows of their split state (a, b) given weight rows W2 (2 x L), counts over S.
@@ -167,27 +178,25 @@ def restricted_scan(problem: Restricted, AB: np.ndarray, W2: np.ndarray, rng: np
     Returns the new states (R x 2) and the log probability of the pass; with ``target`` the pass is not
     sampled but forced to ``target``, and its probability is that of reaching it (a merge's reverse).
     """
-    AB, allowed = AB.copy(), problem.allowed()
-    G = W2 @ problem.other.T.astype(np.float64)
-    counts, log_q = AB.sum(axis=0), 0.0
+    AB, lik = AB.copy(), state_log_lik(problem, W2)
+    terms = problem.log_feature_terms(np.arange(AB.shape[0] + 1)).tolist()   # index 0 is never used
+    counts, log_q = [int(c) for c in AB.sum(axis=0)], 0.0
     for r in range(AB.shape[0]):
-        n_minus = counts - AB[r]
-        M = problem.base[r] + STATES @ G
-        log_p = (problem.model.rows(np.broadcast_to(problem.X[r], M.shape), np.broadcast_to(problem.mask[r], M.shape),
-                                    M)
-                 + problem.log_feature_terms(n_minus[0] + STATES[:, 0]) + problem.log_feature_terms(
-                     n_minus[1] + STATES[:, 1]))
-        log_p = np.where(allowed[r], log_p, -np.inf)
-        log_p -= logsumexp(log_p)
+        n_a, n_b = counts[0] - int(AB[r, 0]), counts[1] - int(AB[r, 1])
+        log_p = np.array([lik[r, 0] + terms[n_a + 1] + terms[n_b] if lik[r, 0] > -np.inf else -np.inf,
+                          lik[r, 1] + terms[n_a] + terms[n_b + 1] if lik[r, 1] > -np.inf else -np.inf,
+                          lik[r, 2] + terms[n_a + 1] + terms[n_b + 1]])
+        log_p -= log_p.max()
+        log_p -= math.log(np.exp(log_p).sum())
         if target is None:
             state = min(int(np.searchsorted(np.cumsum(np.exp(log_p)), rng.random())), 2)
-            while not allowed[r, state]:  # round-off past the last allowed state
+            while log_p[state] == -np.inf:  # round-off past the last allowed state
                 state -= 1
         else:
             state = int(np.flatnonzero((STATES == target[r]).all(axis=1))[0])
         log_q += float(log_p[state])
         AB[r] = STATES[state]
-        counts = n_minus + AB[r]
+        counts = [n_a + int(AB[r, 0]), n_b + int(AB[r, 1])]
     return AB, log_q
 
 

@@ -172,12 +172,14 @@ def test_validation_entries_are_left_out_of_training_and_scored(tmp_path, stores
 
 
 def test_same_seed_gives_the_same_chain_on_1_and_2_workers_and_resumes(tmp_path, stores, clients):
+    """Split-merge moves on: each move's task takes its support's rows from several panels."""
     config = BMFConfig(likelihood="logistic", sweeps=6, burn_in=2, panel_rows=16, panel_cols=5, ess_steps=1,
-                       select="none", seed=5, checkpoint_every=2)
+                       select="none", seed=5, checkpoint_every=2, split_merge=2)
     results = {name: checkpoint(_fit(stores["binary"], tmp_path / name, config, engine))
                for name, engine in (("here", Engine()), ("1", Engine(clients[1])), ("2", Engine(clients[2])))}
     assert_same(results["here"], results["1"])
     assert_same(results["here"], results["2"])
+    assert sum(r["split_merge_accepted"] for r in results["here"][1]) > 0
     part = _fit(stores["binary"], tmp_path / "part", config, Engine(clients[2]), stop_after=3)
     assert part.status == "interrupted"
     assert_same(results["here"], checkpoint(resume_run(str(part.path), Engine(), quiet=True)))
