@@ -2,8 +2,11 @@
 
 The move works on one side's binary matrix Z (U, or V with W^T) under its IBP prior, the weight rows
 W_side of Z's features riding with them. Two distinct nonzero entries (r1, c1), (r2, c2) of Z are drawn
-uniformly (an ordered pair); entries in one column propose splitting it, entries in two columns merging
-them; two columns in one row are left alone (the merge would have no reverse split). A split assigns
+(``choose_pair``: the first uniformly, the second with probability 1/2 uniformly among the other entries of
+its column, else among the entries of the other columns; the paper's uniform pair would propose mostly
+merges of unrelated features, which are always refused); entries in one column propose splitting it,
+entries in two columns merging them; two columns in one row are left alone (the merge would have no
+reverse split). A split assigns
 each row r of the support S of the column to one of the states (1, 0), (0, 1), (1, 1) of the new pair
 of features (a, b), row r1 keeping a and row r2 keeping b; a merge takes the union of the two columns.
 
@@ -19,8 +22,8 @@ x -> y on the features as a set (the sampler's other moves ignore column order) 
     pi(y) P(pair | y) q(w_x | merged) / (pi(x) P(pair | x) P_scan(assignment | launch) q(w_a, w_b | y)),
 
 with pi the posterior density (alpha per feature, the Beta integral f(n_k) of the two-parameter IBP,
-the weights' prior and the rows' likelihood; all other factors cancel), P(pair) = 1 / (N (N - 1)) for
-N nonzero entries, and a merge's ratio the inverse with the probability of the scan from its own
+the weights' prior and the rows' likelihood; all other factors cancel), P(pair | x) = 1 / (2 N_x (n_c - 1))
+and P(pair | y) = 1 / (2 N_y (N_y - n_a)) for N nonzero entries and feature counts n, and a merge's ratio the inverse with the probability of the scan from its own
 launch state reaching the current split (Jain & Neal 2004's conjugate construction with the
 parameters' Gibbs draw of their 2007 paper). Only the rows of S enter: the features are not used
 elsewhere.
@@ -223,7 +226,8 @@ def log_split_ratio(problem: Restricted, split: tuple[np.ndarray, np.ndarray], m
     AB, W2 = split
     merged = np.ones((AB.shape[0], 1), bool)
     n_split, n_merged = nonzero_rest + AB.sum(), nonzero_rest + AB.shape[0]
-    log_pairs = -math.log(n_split * (n_split - 1.0)) + math.log(n_merged * (n_merged - 1.0))
+    log_pairs = (-math.log(n_split * (n_split - float(AB[:, 0].sum())))
+                 + math.log(n_merged * (AB.shape[0] - 1.0)))
     return (problem.log_target(AB, W2) - problem.log_target(merged, merged_w) + log_pairs
             + log_q_merged - log_scan - log_q_split)
 
@@ -280,14 +284,19 @@ class Pair:
 
 
 def choose_pair(Z: np.ndarray, rng: np.random.Generator) -> Pair | None:
-    """An ordered pair of distinct nonzero entries drawn uniformly, or None when no move applies (fewer than
-    two entries, or two columns in one row)."""
+    """An ordered pair of distinct nonzero entries (module docstring: the first uniform, the second in the
+    same column or, with probability 1/2 each, in another), or None when no move applies (no such second
+    entry, or two columns in one row)."""
     rows, cols = np.nonzero(Z)
     if rows.size < 2:
         return None
     first = int(rng.integers(rows.size))
-    second = int(rng.integers(rows.size - 1))
-    second += second >= first
+    same = rng.random() < 0.5
+    candidates = np.flatnonzero((cols == cols[first]) == same)
+    candidates = candidates[candidates != first]
+    if candidates.size == 0:
+        return None
+    second = int(candidates[rng.integers(candidates.size)])
     pair = Pair((int(rows[first]), int(rows[second])), (int(cols[first]), int(cols[second])))
     return None if pair.rows[0] == pair.rows[1] else pair
 

@@ -20,6 +20,7 @@ from oracles import bmf_log_marginal, enumerate_ibp_classes
 
 V = np.array([[1, 0], [1, 1]], bool)           # the other side, J = 2 columns, L = 2 features
 DRAWS = 1500
+MODEL_DRAWS = 1000
 
 
 def _move(X, mask, U, W, settings, rng):
@@ -84,13 +85,17 @@ def test_move_keeps_the_joint_law_for_non_gaussian_models(likelihood):
     """(U, W, X) drawn from the model (U ~ IBP(alpha), W ~ N(w0, 1/phi), X ~ f(U W V^T)) is a draw of
     (U, W) from the posterior given X, so after a move of every draw U must still follow the IBP prior:
     K+ ~ Poisson(alpha H_I) (the weight proposal here is a Laplace approximation, so only its density
-    being right keeps this). 3000 draws: measured TV below 0.03 and with the planted bug above 0.1."""
+    being right keeps this). Measured on logistic data: 34-39% of the moves change K+; mean K+ 3.119 and
+    3.111 against 3.124 (1500 draws, standard error 0.046); with the planted bug at these 1000 draws mean K+
+    2.85 (4.9 standard errors off) and TV 0.095, so this test fails. Poisson: 17% of the moves change K+,
+    and the planted bug gives 3.05, not caught at this size (the Gaussian test is the one that catches it).
+    """
     rng = np.random.default_rng(12)
     alpha, rows = 1.5, 4
     settings = sm.MoveSettings(rows, bmf.BinaryPrior(alpha), bmf.Observation(likelihood), 0.5, 1.0, 1)
     mask = np.ones((rows, 2), bool)
     k_plus = []
-    for _ in range(DRAWS):
+    for _ in range(MODEL_DRAWS):
         block = sample_ibp(rows, alpha, rng)
         U = block.Z[0][:, :block.n_features[0]]
         W = 0.5 + rng.standard_normal((U.shape[1], 2))
@@ -98,6 +103,6 @@ def test_move_keeps_the_joint_law_for_non_gaussian_models(likelihood):
         X = (rng.random(mean.shape) < mean).astype(float) if likelihood == "logistic" else rng.poisson(mean) * 1.0
         U, _ = _move(X, mask, U, W, settings, rng)
         k_plus.append(U.shape[1])
-    exact = poisson.pmf(np.arange(12), alpha * sum(1.0 / n for n in range(1, rows + 1)))
-    tv = _k_plus_tv(k_plus, exact)
-    assert tv < 0.05, tv
+    rate = alpha * sum(1.0 / n for n in range(1, rows + 1))
+    assert abs(np.mean(k_plus) - rate) < 3.5 * math.sqrt(rate / MODEL_DRAWS), np.mean(k_plus)
+    assert _k_plus_tv(k_plus, poisson.pmf(np.arange(12), rate)) < 0.09
