@@ -50,8 +50,9 @@ def _k_plus_tv(k_plus, exact):
 def test_gaussian_move_keeps_the_enumerated_posterior(planted, monkeypatch):
     """I = 3 rows, V fixed, W drawn from its Gaussian conditional: after one move the K+ law is exact.
 
-    2000 draws, one launch scan: over 5 seeds the K+ total variation is 0.017 +- 0.006 (draws alone: ~0.02)
-    and with the planted bug 0.13 +- 0.01; E[UU^T] within 0.1."""
+    Measured with these 1500 draws and one launch scan: K+ total variation 0.018 (the draws alone give
+    about 0.02), with the planted bug 0.093; E[UU^T] within 0.1. (With the paper's uniform pair and 2000
+    draws: 0.015, planted 0.13; leaving out the weight proposal's density instead gave 0.064.)"""
     if planted:
         _drop_scan_probability(monkeypatch)
     rng = np.random.default_rng(11)
@@ -73,10 +74,8 @@ def test_gaussian_move_keeps_the_enumerated_posterior(planted, monkeypatch):
         k_plus.append(U.shape[1])
         uu += U.astype(int) @ U.T / DRAWS
     tv = _k_plus_tv(k_plus, exact_k)
-    if planted:
-        assert tv > 0.07, tv
-    else:
-        assert tv < 0.05, tv
+    assert (tv >= 0.05) if planted else (tv < 0.05), tv
+    if not planted:
         np.testing.assert_allclose(uu, exact_uu, atol=0.1)
 
 
