@@ -46,6 +46,7 @@ def interval(values: np.ndarray) -> tuple[float, float]:
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--seeds", type=int, default=10)
+    p.add_argument("--first-seed", type=int, default=0, help="run seeds first-seed, ..., first-seed + seeds - 1")
     p.add_argument("--images", type=int, default=200)
     p.add_argument("--sweeps", type=int, default=300)
     p.add_argument("--burn-in", type=int, default=None, help="default: half the sweeps")
@@ -57,7 +58,7 @@ def main() -> None:
           "accepted moves per sweep |")
     print("| --- | --- | --- | --- | --- | --- | --- | --- |")
     inside = {"without": [0, 0], "with": [0, 0]}
-    for seed in range(args.seeds):
+    for seed in range(args.first_seed, args.first_seed + args.seeds):
         data = bars_data(args.images, np.random.default_rng(seed), alpha=2.0)
         truth = (data.U.shape[1], data.V.shape[1])
         cells, rate = {}, 0.0

@@ -136,6 +136,8 @@ def weight_proposal(problem: Restricted, Z: np.ndarray) -> tuple[np.ndarray, np.
         return grad.ravel(), precision + problem.settings.phi * np.eye(F * L)
 
     w = np.full((F, L), problem.settings.w0)
+    if L == 0:  # the other side has no features yet: nothing to draw
+        return w, np.zeros((0, 0))
     for _ in range(NEWTON_STEPS):
         grad, precision = grad_precision(w)
         step = cho_solve(cho_factor(precision), grad).reshape(F, L)

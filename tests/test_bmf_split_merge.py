@@ -105,3 +105,18 @@ def test_move_keeps_the_joint_law_for_non_gaussian_models(likelihood):
     rate = alpha * sum(1.0 / n for n in range(1, rows + 1))
     assert abs(np.mean(k_plus) - rate) < 3.5 * math.sqrt(rate / MODEL_DRAWS), np.mean(k_plus)
     assert _k_plus_tv(k_plus, poisson.pmf(np.arange(12), rate)) < 0.09
+
+
+def test_move_runs_when_the_other_side_has_no_features():
+    """With L+ = 0 (an early state of a chain) the weight rows are empty and the move is on the prior alone."""
+    rng = np.random.default_rng(13)
+    U, X = np.ones((3, 1), bool), np.zeros((3, 2))
+    settings = sm.MoveSettings(3, bmf.BinaryPrior(1.0), bmf.Observation("gaussian"), 0.0, 1.0, 1)
+    pair = sm.Pair((0, 2), (0, 0))
+    sizes = set()
+    for _ in range(40):
+        columns, W_rows, accepted = sm.move_on_rows(X, np.ones((3, 2), bool), U, np.zeros((1, 0)),
+                                                    np.zeros((2, 0), bool), pair, np.arange(3), 0, settings, rng)
+        assert W_rows.shape == (columns.shape[1], 0) and columns[0, 0] and columns[2, -1]
+        sizes.add(columns.shape[1])
+    assert sizes == {1, 2}
