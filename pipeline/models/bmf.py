@@ -63,7 +63,10 @@ DATA_KINDS = {"logistic": "binary", "poisson": "counts"}  # values each observat
 @dataclass
 class BMFConfig(SelectionSettings):
     """Settings of a BMF fit (SPEC 3.7; the sweep of the module docstring). Why ``move_size`` defaults to
-    0: the extra move (paper section 3.3) did not improve the reconstructions of the bars data (3 seeds)."""
+    0: the extra move (paper section 3.3) did not improve the reconstructions of the bars data (3 seeds).
+    Why ``split_merge`` defaults to 0: on the bars (10 seeds, benchmarks/README.md section 18) the moves
+    put the true K+ and L+ inside the chain's 90% interval no more often (2 and 1 of 10 against 1 and 0),
+    overshot both, and made a sweep several times slower."""
 
     likelihood: str = option("gaussian", "Observation model: 'gaussian' for real values, 'logistic' for binary "
                                          "0/1 data, 'poisson' for counts (log link: rate exp(U W V^T)).")
