@@ -1,14 +1,14 @@
 """Split-merge moves for one side of binary matrix factorization (paper 003 section 3.3; Jain & Neal).
 
 The move works on one side's binary matrix Z (U, or V with W^T) under its IBP prior, the weight rows
-W_side of Z's features riding with them. Two distinct nonzero entries (r1, c1), (r2, c2) of Z are drawn
-(``choose_pair``: the first uniformly, the second with probability 1/2 uniformly among the other entries of
-its column, else among the entries of the other columns; the paper's uniform pair would propose mostly
-merges of unrelated features, which are always refused); entries in one column propose splitting it,
-entries in two columns merging them; two columns in one row are left alone (the merge would have no
-reverse split). A split assigns
-each row r of the support S of the column to one of the states (1, 0), (0, 1), (1, 1) of the new pair
-of features (a, b), row r1 keeping a and row r2 keeping b; a merge takes the union of the two columns.
+W_side of Z's features riding with them. An ordered pair of distinct nonzero entries (r1, c1), (r2, c2)
+of Z is drawn by ``choose_pair``: the first uniformly, the second with probability 1/2 uniformly among
+the other entries of its column, else among the entries of the other columns (the paper's uniform pair
+proposes mostly merges of unrelated features, which are always refused). Entries in one column propose
+splitting it, entries in two columns merging them; two columns in one row are left alone (the merge
+would have no reverse split). A split assigns each row r of the support S of the column to one of the
+states (1, 0), (0, 1), (1, 1) of the new pair of features (a, b), row r1 keeping a and row r2 keeping b;
+a merge takes the union of the two columns.
 
 The assignment comes from a restricted Gibbs scan started at a *launch* state: uniform random states,
 then ``scans`` intermediate restricted scans, each a Gibbs pass over the rows of S given (w_a, w_b)
@@ -22,11 +22,11 @@ x -> y on the features as a set (the sampler's other moves ignore column order) 
     pi(y) P(pair | y) q(w_x | merged) / (pi(x) P(pair | x) P_scan(assignment | launch) q(w_a, w_b | y)),
 
 with pi the posterior density (alpha per feature, the Beta integral f(n_k) of the two-parameter IBP,
-the weights' prior and the rows' likelihood; all other factors cancel), P(pair | x) = 1 / (2 N_x (n_c - 1))
-and P(pair | y) = 1 / (2 N_y (N_y - n_a)) for N nonzero entries and feature counts n, and a merge's ratio the inverse with the probability of the scan from its own
-launch state reaching the current split (Jain & Neal 2004's conjugate construction with the
-parameters' Gibbs draw of their 2007 paper). Only the rows of S enter: the features are not used
-elsewhere.
+the weights' prior and the rows' likelihood; all other factors cancel), N nonzero entries and feature
+counts n: P(pair | x) = 1 / (2 N_x (n_c - 1)), P(pair | y) = 1 / (2 N_y (N_y - n_a)). A merge's ratio is
+the inverse, with the probability that the scan from its own launch state reaches the current split
+(Jain & Neal's construction, the parameters drawn from a density that can be evaluated). Only the rows
+of S enter: the moved features are used nowhere else.
 """
 
 from __future__ import annotations
