@@ -1,6 +1,7 @@
 """Exact references the IBP samplers' tests compare against (tiny problems only): every IBP class by
-enumeration and its exact posterior, the noisy-OR likelihood with Y summed out by enumeration, and the
-distribution over classes that a set of weighted samples gives (SPEC 3.3, 3.4; paper 001 eq. 2)."""
+enumeration and its exact posterior, the noisy-OR likelihood with Y summed out by enumeration, linear-Gaussian
+BMF's likelihood with W integrated out, and the distribution over classes that a set of weighted samples
+gives (SPEC 3.3, 3.4, 3.7; paper 001 eq. 2)."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from typing import Callable, Iterator
 
 import numpy as np
 from scipy.special import logsumexp
+from scipy.stats import multivariate_normal
 
 from buffet.kernels.ibp_prior import class_key, ibp_log_prob, left_order
 from buffet.kernels.pf_noisy_or import NoisyORParams, log_lik_entries
@@ -54,6 +56,17 @@ def noisy_or_log_marginal(X: np.ndarray, Z: np.ndarray, params: NoisyORParams,
         entries = np.where(observed.T[:, None, :], entries, 0.0)
     per_col = entries.sum(axis=2) + log_prior                                         # (D, 2^K)
     return float(logsumexp(per_col, axis=1).sum())
+
+
+def bmf_log_marginal(X: np.ndarray, mask: np.ndarray, U: np.ndarray, V: np.ndarray, theta: float, phi: float,
+                     w0: float) -> float:
+    """log p(X_obs | U, V) of linear-Gaussian BMF with W ~ N(w0, 1/phi) integrated out (paper 003 section 2):
+    Cov(x_ij, x_i'j') = (UU^T)_ii' (VV^T)_jj' / phi + [same entry] / theta."""
+    U, V = U.astype(float), V.astype(float)
+    cov = np.kron(U @ U.T, V @ V.T) / phi + np.eye(X.size) / theta
+    obs = mask.ravel()
+    mean = w0 * np.outer(U.sum(axis=1), V.sum(axis=1)).ravel()
+    return float(multivariate_normal.logpdf(X.ravel()[obs], mean[obs], cov[np.ix_(obs, obs)]))
 
 
 def class_distribution(Z: np.ndarray, weights: np.ndarray) -> dict[bytes, float]:

@@ -7,7 +7,6 @@ import math
 
 import numpy as np
 import pytest
-from scipy.stats import multivariate_normal
 
 from buffet.data.arrays import from_array
 from buffet.data.bmf_data import bars_data
@@ -24,20 +23,11 @@ from buffet.pipeline.models.bmf import BMFConfig, BMFDriver
 from buffet.pipeline.reports.outputs import evaluate_run, export_run
 
 from helpers import assert_same, buffet, checkpoint, run_main
-from oracles import enumerate_ibp_classes
+from oracles import bmf_log_marginal, enumerate_ibp_classes
 
 
 def _fit(model_store, out, config, engine, **options):
     return fit_run("bmf", source_of(model_store), out, config, engine, quiet=True, **options)
-
-
-def _log_marginal(X, mask, U, V, theta, phi, w0):
-    """log p(X_obs | U, V) with W ~ N(w0, 1/phi) integrated out: Cov(x_ij, x_i'j') = (UU^T)_ii' (VV^T)_jj' / phi."""
-    U, V = U.astype(float), V.astype(float)
-    cov = np.kron(U @ U.T, V @ V.T) / phi + np.eye(X.size) / theta
-    obs = mask.ravel()
-    mean = w0 * np.outer(U.sum(axis=1), V.sum(axis=1)).ravel()
-    return multivariate_normal.logpdf(X.ravel()[obs], mean[obs], cov[np.ix_(obs, obs)])
 
 
 def _samples(config, X, mask, burn=100):
@@ -66,7 +56,7 @@ def test_designated_panel_ibp_sampler_matches_the_enumerated_posterior():
                        panel_rows=1, panel_cols=1, seed=1)
     prior_u, prior_v = config.priors(0.8, 0.8)
     states = [(U, V) for U in enumerate_ibp_classes(3, 3) for V in enumerate_ibp_classes(2, 3)]
-    log_p = np.array([prior_u.log_prob(U) + prior_v.log_prob(V) + _log_marginal(X, mask, U, V, 2.0, 1.0, 0.0)
+    log_p = np.array([prior_u.log_prob(U) + prior_v.log_prob(V) + bmf_log_marginal(X, mask, U, V, 2.0, 1.0, 0.0)
                       for U, V in states])
     p = np.exp(log_p - log_p.max())
     p /= p.sum()
@@ -93,7 +83,7 @@ def test_finite_sampler_matches_the_enumerated_posterior_in_total_variation():
     for bits in itertools.product([False, True], repeat=6):
         U, V = np.array(bits[:4]).reshape(2, 2), np.array(bits[4:]).reshape(2, 1)
         exact[U.tobytes() + V.tobytes()] = (prior_u.log_prob(U) + prior_v.log_prob(V)
-                                            + _log_marginal(X, mask, U, V, 2.0, 1.0, 0.2))
+                                            + bmf_log_marginal(X, mask, U, V, 2.0, 1.0, 0.2))
     top = max(exact.values())
     norm = sum(math.exp(v - top) for v in exact.values())
     samples = _samples(config, X, mask)
@@ -182,12 +172,14 @@ def test_validation_entries_are_left_out_of_training_and_scored(tmp_path, stores
 
 
 def test_same_seed_gives_the_same_chain_on_1_and_2_workers_and_resumes(tmp_path, stores, clients):
+    """Split-merge moves on: each move's task takes its support's rows from several panels."""
     config = BMFConfig(likelihood="logistic", sweeps=6, burn_in=2, panel_rows=16, panel_cols=5, ess_steps=1,
-                       select="none", seed=5, checkpoint_every=2)
+                       select="none", seed=5, checkpoint_every=2, split_merge=2)
     results = {name: checkpoint(_fit(stores["binary"], tmp_path / name, config, engine))
                for name, engine in (("here", Engine()), ("1", Engine(clients[1])), ("2", Engine(clients[2])))}
     assert_same(results["here"], results["1"])
     assert_same(results["here"], results["2"])
+    assert sum(r["split_merge_accepted"] for r in results["here"][1]) > 0
     part = _fit(stores["binary"], tmp_path / "part", config, Engine(clients[2]), stop_after=3)
     assert part.status == "interrupted"
     assert_same(results["here"], checkpoint(resume_run(str(part.path), Engine(), quiet=True)))

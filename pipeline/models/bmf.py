@@ -10,7 +10,11 @@ regrouped from every row panel (``engine.regroup``). One engine step is one swee
    (Gibbs with the collapsed prior and, for the IBP, new features by Metropolis-Hastings) with the
    other panels fixed; then pi_k of the features it uses is drawn on the client and every other
    panel runs ``bmf.conditional_panel_sweep`` in parallel (``kernels.bmf`` docstring: both moves
-   are exact, so the sampler is). Features no row uses are dropped.
+   are exact, so the sampler is). Features no row uses are dropped. Then, under an IBP prior,
+   ``split_merge`` split-merge moves (``kernels.bmf_split_merge``): the pair of entries is drawn on
+   the client from the whole of U (which it holds); each move is one task on the rows of the
+   support of the moved features, taken from the panels that hold them (its restricted scans
+   are sequential over those rows, so the move cannot be spread over panels).
 2. V side: the same on the column panels, with W^T and U.
 3. W | U, V: Gaussian from tree-reduced A^T A, A^T x (Gaussian model), else ``ess_steps``
    elliptical slice updates whose log likelihoods are summed over the row panels, ``ess_batch``
@@ -41,6 +45,7 @@ from buffet.data.errors import InputError, UserError
 from buffet.data.splits import EntrySample
 from buffet.data.store import DenseRows, check_values
 from buffet.kernels import bmf
+from buffet.kernels import bmf_split_merge as sm
 from buffet.kernels.ibp_prior import sample_ibp
 from buffet.pipeline.engine.blas import single_threaded_blas
 from buffet.pipeline.engine.dataset import Source, dense_blocks, read_seen_chunk, row_ranges
@@ -58,7 +63,10 @@ DATA_KINDS = {"logistic": "binary", "poisson": "counts"}  # values each observat
 @dataclass
 class BMFConfig(SelectionSettings):
     """Settings of a BMF fit (SPEC 3.7; the sweep of the module docstring). Why ``move_size`` defaults to
-    0: the extra move (paper section 3.3) did not improve the reconstructions of the bars data (3 seeds)."""
+    0: the extra move (paper section 3.3) did not improve the reconstructions of the bars data (3 seeds).
+    Why ``split_merge`` defaults to 0: on the bars (10 seeds, benchmarks/README.md section 20) the moves
+    put the true K+ and L+ inside the chain's 90% interval no more often (2 and 1 of 10 against 1 and 0),
+    overshot both, and made a sweep several times slower."""
 
     likelihood: str = option("gaussian", "Observation model: 'gaussian' for real values, 'logistic' for binary "
                                          "0/1 data, 'poisson' for counts (log link: rate exp(U W V^T)).")
@@ -98,6 +106,11 @@ class BMFConfig(SelectionSettings):
                                "evaluations unused.")
     move_size: int = option(0, "Features redrawn at once by one extra Metropolis-Hastings move per row and sweep "
                                "(>= 0; 0 turns the move off). It can help a chain leave poor feature sets.")
+    split_merge: int = option(0, "Split-merge moves per sweep on each side with an IBP prior (>= 0; 0 turns them "
+                                 "off): a feature split in two, or two merged, by restricted Gibbs scans accepted by "
+                                 "Metropolis-Hastings. They help the chain find features that overlap.")
+    split_merge_scans: int = option(2, "Intermediate restricted Gibbs scans that set up each split-merge proposal "
+                                       "(>= 0); more make proposals likelier to be accepted and cost more.")
     panel_rows: int = option(100, "Rows of X per row panel, one task each on the U side (>= 1); the panel that "
                                   "proposes new features rotates. Changing it changes the chain, not its target.")
     panel_cols: int = option(32, "Columns of X per column panel, one task each on the V side (>= 1). Changing "
@@ -110,8 +123,9 @@ class BMFConfig(SelectionSettings):
         if self.likelihood not in bmf.LIKELIHOODS:
             raise UserError(f"likelihood must be one of {', '.join(bmf.LIKELIHOODS)}, got {self.likelihood!r}")
         require_counts(self, ("sweeps", "ess_steps", "ess_batch", "panel_rows", "panel_cols", "checkpoint_every"))
-        if self.move_size < 0:
-            raise UserError(f"move_size must be >= 0, got {self.move_size}")
+        for name in ("move_size", "split_merge", "split_merge_scans"):
+            if getattr(self, name) < 0:
+                raise UserError(f"{name} must be >= 0, got {getattr(self, name)}")
         require_counts(self, tuple(n for n in ("finite_k", "finite_l") if getattr(self, n) is not None))
         require_positive(self, ("alpha", "lam", "beta", "phi", "theta", "hyper_shape", "hyper_rate"))
         if not 0 <= self.burn_in < self.sweeps:
@@ -182,6 +196,24 @@ def conditional_task(rows: DenseRows, Z: np.ndarray, panel: int, W: np.ndarray, 
     """Another panel's sweep given pi (``bmf.conditional_panel_sweep``), drawing from ``stream(*key, panel)``."""
     return bmf.conditional_panel_sweep(rows.X, rows.mask, Z, W, other, pi, active, model, stream(*key, panel),
                                        move_size)
+
+
+def take_rows(rows: DenseRows, local: np.ndarray) -> DenseRows:
+    """The rows ``local`` of a panel (the part of a split-merge move's support it holds)."""
+    return DenseRows(rows.X[local], rows.mask[local])
+
+
+def stack_rows(*parts: DenseRows) -> DenseRows:
+    """Rows taken from several panels, in panel order."""
+    return DenseRows(np.vstack([p.X for p in parts]), np.vstack([p.mask for p in parts]))
+
+
+def split_merge_task(rows: DenseRows, Z_S: np.ndarray, W_side: np.ndarray, other: np.ndarray, pair: sm.Pair,
+                     support: np.ndarray, nonzero_rest: int, settings: sm.MoveSettings,
+                     key: RandomKey) -> tuple[np.ndarray, np.ndarray, bool]:
+    """One split-merge move on the rows of its support (``sm.move_on_rows``), drawing from ``stream(*key)``."""
+    return sm.move_on_rows(rows.X, rows.mask, Z_S, W_side, other, pair, support, nonzero_rest, settings,
+                           stream(*key))
 
 
 def weight_stats_task(rows: DenseRows, U: np.ndarray, V: np.ndarray) -> dict:
@@ -298,8 +330,10 @@ class BMFDriver:
 
     def step(self, step: int) -> dict:
         """One sweep: U panels, V panels, W, hyperparameters; predictions after burn-in."""
-        self._update_side("u", step)
-        self._update_side("v", step)
+        accepted = 0
+        for side in ("u", "v"):
+            self._update_side(side, step)
+            accepted += self._split_merge(side, step)
         U_panels = self.engine.from_values(self.U)
         log_lik, stats = self._update_weights(step, U_panels)
         self._update_hyper(step, stats)
@@ -317,7 +351,7 @@ class BMFDriver:
             self.feature_sums = [self.feature_sums[0] + U.shape[1], self.feature_sums[1] + V.shape[1]]
         return {"k_plus": float(U.shape[1]), "l_plus": float(V.shape[1]), "log_lik": log_lik, "log_joint": log_joint,
                 "phi": self.phi, "theta": self.theta, "alpha": self.alpha, "lam": self.lam,
-                "retained": float(retained)}
+                "retained": float(retained), "split_merge_accepted": float(accepted)}
 
     def _update_side(self, side: str, step: int) -> None:
         """Designated panel collapsed, then the other panels given pi; empty features dropped (module
@@ -341,6 +375,45 @@ class BMFDriver:
             self.U, self.W = Zs, W_side
         else:
             self.V, self.W = Zs, W_side.T
+
+    def _split_merge(self, side: str, step: int) -> int:
+        """``split_merge`` moves on one side with an IBP prior (``kernels.bmf_split_merge``); returns how many
+        were accepted. The pair is drawn here from the whole binary matrix (the driver's); each move is one
+        task on the rows of its support, taken from the panels holding them."""
+        cfg = self.config
+        prior = cfg.priors(self.alpha, self.lam)[side == "v"]
+        if cfg.split_merge == 0 or not prior.infinite:
+            return 0
+        panels, bounds = (self.rows, self.row_bounds) if side == "u" else (self.cols, self.col_bounds)
+        Z, other = self.full(side), self.full("v" if side == "u" else "u")
+        W_side = self.W if side == "u" else self.W.T
+        settings = sm.MoveSettings(self.shape[side == "v"], prior, self.model, cfg.w0, self.phi,
+                                   cfg.split_merge_scans)
+        accepted = 0
+        for move in range(cfg.split_merge):
+            pair = sm.choose_pair(Z, stream(cfg.seed, f"bmf-sm-{side}-pair", step, move))
+            if pair is None:
+                continue
+            support = pair.support(Z)
+            rows = self._support_rows(panels, bounds, support)
+            [(columns, W_rows, ok)] = self.engine.collect(self.engine.map(
+                split_merge_task, rows, Z[support], W_side, other, pair, support,
+                int(Z.sum() - Z[:, pair.columns].sum()), settings, (cfg.seed, f"bmf-sm-{side}", step, move)))
+            if ok:
+                Z, W_side = sm.apply_move(Z, W_side, pair, support, columns, W_rows)
+                accepted += 1
+        if side == "u":
+            self.U, self.W = split_rows(Z, bounds), W_side
+        else:
+            self.V, self.W = split_rows(Z, bounds), W_side.T
+        return accepted
+
+    def _support_rows(self, panels: BlockSet, bounds: list[tuple[int, int]], support: np.ndarray) -> BlockSet:
+        """One block: the data rows ``support`` (sorted side rows), taken from the panels that hold them."""
+        needed = [q for q, (r0, r1) in enumerate(bounds) if np.any((support >= r0) & (support < r1))]
+        local = [support[(support >= bounds[q][0]) & (support < bounds[q][1])] - bounds[q][0] for q in needed]
+        taken = self.engine.map(take_rows, self.engine.select(panels, needed), self.engine.from_values(local))
+        return self.engine.regroup(stack_rows, taken, [list(range(len(needed)))])
 
     def _conditional_panels(self, side: str, step: int, panels: BlockSet, Zs: list[np.ndarray], star: int,
                             W_side: np.ndarray, other: np.ndarray, prior: bmf.BinaryPrior) -> list[np.ndarray]:
