@@ -363,10 +363,20 @@ def evidence(stats: Stats, post: Post, hyper: Hyper) -> float:
 # ----------------------------------------------------------------------------- K+ growth and pruning
 
 
+def observed(x: np.ndarray, mask: np.ndarray | None) -> np.ndarray:
+    """X on the observed entries, 0 where missing."""
+    return x if mask is None else np.where(mask, x, 0.0)
+
+
 def residual(x: np.ndarray, mask: np.ndarray | None, nu: np.ndarray, m: np.ndarray) -> np.ndarray:
     """R = X - E[Z] E[A] on the observed entries, 0 where missing (SPEC 3.1, choosing K+)."""
     r = x - nu @ m.T
     return r if mask is None else np.where(mask, r, 0.0)
+
+
+def gram_sums(r: np.ndarray) -> Stats:
+    """A chunk's sums of R^T R (``gram``), sum_i r_i (``col_sum``) and its row count (``n_rows``)."""
+    return {"gram": r.T @ r, "col_sum": r.sum(axis=0), "n_rows": np.float64(r.shape[0])}
 
 
 def residual_directions(gram: np.ndarray, col_sum: np.ndarray, n_rows: float, count: int) -> np.ndarray:
@@ -384,14 +394,18 @@ def orient_and_split(p: np.ndarray, n_iter: int = 20) -> tuple[float, float]:
     threshold is the 1-D two-means split of sign * p.
     """
     sign = 1.0 if p.sum() >= 0.0 else -1.0
-    q = sign * p
+    return sign, two_means_threshold(sign * p, n_iter)
+
+
+def two_means_threshold(q: np.ndarray, n_iter: int = 20) -> float:
+    """The 1-D two-means split of q: from the midrange, the midpoint of the two sides' means, repeated."""
     threshold = 0.5 * (q.min() + q.max())
     for _ in range(n_iter):
         high, low = q[q > threshold], q[q <= threshold]
         if high.size == 0 or low.size == 0:
             break
         threshold = 0.5 * (high.mean() + low.mean())
-    return sign, float(threshold)
+    return float(threshold)
 
 
 def new_feature_column(p: np.ndarray, sign: float, threshold: float, soft: float = 0.1) -> np.ndarray:
@@ -487,3 +501,45 @@ class Model:
 
 
 IMF = Model()
+
+
+# ----------------------------------------------------------------------------- restart by ICA
+
+
+def whitening(sums: Stats, count: int) -> tuple[np.ndarray, np.ndarray]:
+    """Mean (D,) and whitening map (D, count) of the rows from their reduced ``gram_sums``: the ``count``
+    leading principal directions of the covariance, each divided by its standard deviation, so that
+    (x_i - mean) @ map has identity covariance (zero variances are floored)."""
+    n = float(sums["n_rows"])
+    mean = sums["col_sum"] / n
+    values, vectors = np.linalg.eigh(sums["gram"] / n - np.outer(mean, mean))
+    values, vectors = values[::-1][:count], vectors[:, ::-1][:, :count]
+    return mean, vectors / np.sqrt(np.maximum(values, 1e-12 * max(values[0], 1e-300)))
+
+
+def ica_sums(y: np.ndarray, white: np.ndarray) -> Stats:
+    """A chunk's sums for one FastICA step with the skewness contrast G(u) = u^3 / 3 (``ica_step``):
+    ``gy`` (K, K) sum_i y_i^2 white_i^T and ``y_sum`` (K,) sum_i y_i, for sources y = white @ W^T."""
+    return {"gy": (y * y).T @ white, "y_sum": y.sum(axis=0)}
+
+
+def ica_step(sums: Stats, unmixing: np.ndarray, n_rows: float) -> np.ndarray:
+    """The symmetric FastICA fixed point w_k <- E[white g(y_k)] - E[g'(y_k)] w_k with g(u) = u^2, followed by
+    W <- (W W^T)^(-1/2) W.
+
+    Binary sources z_ik ~ Bern(p_k), p_k != 1/2, are skewed (skewness (1 - 2 p) / sqrt(p (1 - p))), so
+    maximising the third moments of the whitened rows unmixes X = Z A + noise into one source per feature
+    where the residual directions mix them (issue #13 item 3).
+    """
+    updated = sums["gy"] / n_rows - 2.0 * (sums["y_sum"] / n_rows)[:, None] * unmixing
+    values, vectors = np.linalg.eigh(updated @ updated.T)
+    return (vectors / np.sqrt(values)) @ vectors.T @ updated
+
+
+def binary_sources(y: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Sign and threshold per source column of y (N x K) that make a binary feature of it: the sign puts the
+    long tail (positive third moment, the rarer value of a skewed binary source) high, the threshold is the
+    two-means split of the signed source (``two_means_threshold``)."""
+    signs = np.where(np.sum(y ** 3, axis=0) >= 0.0, 1.0, -1.0)
+    return signs, np.array([two_means_threshold(signs[k] * y[:, k]) for k in range(y.shape[1])])
+

@@ -82,7 +82,7 @@ def test_same_evidence_and_posteriors_on_1_and_2_workers_and_other_chunkings(tmp
                                       ("1", replace(config, chunk_rows=25), Engine(clients[1])))}
     assert_same(checkpoint(runs["here"]), checkpoint(runs["2"]))
     (ref_arrays, ref_trace), (arrays, trace) = _result(runs["here"]), _result(runs["1"])
-    assert arrays["Z_mean"].shape == (60, 3) and len(trace) == len(ref_trace) == 43
+    assert arrays["Z_mean"].shape == (60, 3) and len(trace) == len(ref_trace) == 73
     np.testing.assert_allclose(trace, ref_trace, rtol=1e-10)
     for key in ("A_mean", "Z_mean", "evidence_by_k"):
         np.testing.assert_allclose(arrays[key], ref_arrays[key], atol=1e-8)

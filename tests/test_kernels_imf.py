@@ -9,6 +9,7 @@ from scipy import stats as st
 from scipy.special import digamma, expit
 
 from buffet.data import ibp_images
+from buffet.data.ibp_synthetic import planted_features
 from buffet.kernels import imf
 from imf_reference import reference_fit
 
@@ -175,6 +176,25 @@ def test_residual_initialisation_finds_a_planted_feature() -> None:
     p = r @ direction
     first = imf.new_feature_column(p, *imf.orient_and_split(p))
     np.testing.assert_array_equal(first > 0.5, z > 0.5)
+
+
+def test_ica_unmixes_planted_binary_features() -> None:
+    """Whitening gives identity covariance, and FastICA with the skewness contrast from the identity turns
+    X = Z A + noise into one source per feature, each thresholded to its true column of Z (rows in one chunk)."""
+    data = planted_features(np.random.default_rng(4), 2000, 20, 4)
+    x = data.X
+    mean, white = imf.whitening(imf.gram_sums(x), 4)
+    whitened = (x - mean) @ white
+    np.testing.assert_allclose(np.cov(whitened.T, bias=True), np.eye(4), atol=1e-10)
+    unmixing = np.eye(4)
+    for _ in range(50):
+        unmixing = imf.ica_step(imf.ica_sums(whitened @ unmixing.T, whitened), unmixing, x.shape[0])
+    y = whitened @ unmixing.T
+    signs, thresholds = imf.binary_sources(y)
+    z = imf.new_feature_column(y, signs, thresholds) > 0.5
+    matched = [max(range(4), key=lambda k: np.mean(z[:, k] == data.Z[:, t])) for t in range(4)]
+    assert sorted(matched) == [0, 1, 2, 3]
+    assert all(np.mean(z[:, k] == data.Z[:, t]) > 0.999 for t, k in enumerate(matched))
 
 
 def test_pruning_keeps_the_selected_features() -> None:
