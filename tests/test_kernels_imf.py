@@ -68,6 +68,32 @@ def test_row_step_equals_per_row_loop(masked: bool) -> None:
 
 
 @pytest.mark.parametrize("masked", [False, True])
+def test_swap_gain_is_the_change_of_the_evidence(masked: bool) -> None:
+    """Exchanging two features' nu in one row changes L by ``swap_gains``; ``swap_rows`` takes each row's best
+    exchange, so L rises by the sum of those gains."""
+    x, mask, nu = small_problem(2, masked, n=30, d=6, k=4)
+    hyper = imf.Hyper()
+    _, _, post = fitted_state(x, mask, nu, hyper)
+    b, g = imf.row_terms(x, mask, post)
+    log_pi, log_1mpi = imf.beta_log_means(post["t1"], post["t2"])
+    eta_x, _ = imf.gamma_means(post["ax"], post["bx"])
+
+    def evidence(v: np.ndarray) -> float:
+        return imf.evidence(imf.chunk_stats(x, mask, v), post, hyper)
+
+    gains = {pair: imf.swap_gains(nu, b, g, log_pi - log_1mpi, eta_x, *pair) for pair in ((0, 1), (1, 3))}
+    for (k, l), gain in gains.items():
+        swapped = nu.copy()
+        swapped[7, [k, l]] = nu[7, [l, k]]
+        assert evidence(swapped) - evidence(nu) == pytest.approx(gain[7], rel=1e-9, abs=1e-9)
+    best = np.max([imf.swap_gains(nu, b, g, log_pi - log_1mpi, eta_x, k, l) for k in range(4) for l in range(k + 1, 4)],
+                  axis=0)
+    moved = imf.swap_rows(nu, b, g, log_pi - log_1mpi, eta_x)
+    assert np.any(moved != nu)
+    assert evidence(moved) - evidence(nu) == pytest.approx(np.sum(best[best > 1e-6]), rel=1e-9)
+
+
+@pytest.mark.parametrize("masked", [False, True])
 def test_chunk_stats_add_up_over_row_chunks(masked: bool) -> None:
     x, mask, nu = small_problem(1, masked)
     _, _, post = fitted_state(x, mask, nu, imf.Hyper())

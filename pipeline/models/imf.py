@@ -8,9 +8,16 @@ When L stops changing, the state is compared with the best so far and, unless gr
 stopped paying, one feature is added: blocks reduce the residual's Gram matrix, the client
 finds its ``n_candidates`` leading directions, and for each in turn the blocks project onto it,
 the split of the projections initialises the new column of q(z) and the alternation runs to
-convergence from there. The candidate with the best L is the state at the new K+ (paper 000
-Algorithm 1 grows from the previous state; trying several residual directions keeps one unlucky
-direction from deciding K+).
+convergence from there. After the directions comes the restart (``restart``, on by default): q(z) at
+the new K+ from scratch, each column a binary source of a FastICA of the data (skewness contrast,
+``kernels.imf.ica_step``), skipped when the ICA does not converge. The candidate with the best L is
+the state at the new K+; a later candidate has to beat the leader by more than tol |L|, so that two
+candidates reaching one optimum are decided the same way on any chunking (paper 000 Algorithm 1
+grows from the previous state; trying several residual directions keeps one unlucky direction from
+deciding K+, and the restart undoes what growth merged: the best single feature of a K+ = 1 fit to
+planted data is a blend of several true ones, and later growth steps never split it, issue #13).
+Every row update first takes the row's best exchange of two features' q(z) (``kernels.imf.swap_rows``),
+a move coordinate ascent cannot make between similar features.
 
 State (issue #11): q(z) is the named per-block state "nu". The search keeps up to three saved
 states (``SAVED_STATES``): "best", the best converged state so far; "base", the converged state a
@@ -159,7 +166,7 @@ def empty_nu_task(rows: DenseRows) -> np.ndarray:
 
 
 def row_task(rows: DenseRows, nu: np.ndarray, post: dict) -> tuple[np.ndarray, dict]:
-    return imf.row_step(rows.X, rows.mask, nu, post)
+    return imf.row_step(rows.X, rows.mask, nu, post, swaps=True)
 
 
 def stats_task(rows: DenseRows, nu: np.ndarray) -> dict:
