@@ -128,20 +128,22 @@ def sweep_rows(nu: np.ndarray, b: np.ndarray, g: np.ndarray, prior_logit: np.nda
     return nu
 
 
-def swap_gains(nu: np.ndarray, b: np.ndarray, g: np.ndarray, prior_logit: np.ndarray, eta_x: float, k: int,
-               l: int) -> np.ndarray:
-    """Per row, the change of L from exchanging nu_ik and nu_il (SPEC 3.1 row terms; the entropy of q(z_i) is
-    unchanged). L's part of row i is nu_i . (logit + eta_X b_i) - (eta_X / 2)(nu_i G nu_i^T + sum_r G_rr
-    (nu_ir - nu_ir^2)); the exchange adds e = delta (e_k - e_l), delta = nu_il - nu_ik."""
-    delta = nu[:, l] - nu[:, k]
-    gnu_k = nu @ g[..., :, k] if g.ndim == 2 else np.einsum("nr,nr->n", nu, g[:, :, k])
-    gnu_l = nu @ g[..., :, l] if g.ndim == 2 else np.einsum("nr,nr->n", nu, g[:, :, l])
-    g_kk, g_ll, g_kl = g[..., k, k], g[..., l, l], g[..., k, l]
-    linear = delta * (prior_logit[k] - prior_logit[l] + eta_x * (b[:, k] - b[:, l]))
-    quadratic = (2.0 * delta * (gnu_k - gnu_l) + delta ** 2 * (g_kk + g_ll - 2.0 * g_kl)
-                 + g_kk * (delta - 2.0 * nu[:, k] * delta - delta ** 2)
-                 + g_ll * (-delta + 2.0 * nu[:, l] * delta - delta ** 2))
-    return linear - 0.5 * eta_x * quadratic
+def swap_gains(nu: np.ndarray, b: np.ndarray, g: np.ndarray, prior_logit: np.ndarray, eta_x: float) -> np.ndarray:
+    """(n, K, K): entry [i, k, l] is the change of L from exchanging nu_ik and nu_il (SPEC 3.1 row terms; the
+    entropy of q(z_i) is unchanged). L's part of row i is nu_i . (logit + eta_X b_i) - (eta_X / 2)(nu_i G nu_i^T
+    + sum_r G_rr (nu_ir - nu_ir^2)); the exchange adds e = delta (e_k - e_l), delta = nu_il - nu_ik."""
+    delta = nu[:, None, :] - nu[:, :, None]
+    linear = prior_logit + eta_x * b
+    g_nu = nu @ g if g.ndim == 2 else np.einsum("nr,nrk->nk", nu, g)
+    diag = np.diagonal(g, axis1=-2, axis2=-1)
+    if diag.ndim == 1:
+        diag = np.broadcast_to(diag, nu.shape)
+    g_kk, g_ll = diag[:, :, None], diag[:, None, :]
+    g_kl = g if g.ndim == 3 else g[None, :, :]
+    quadratic = (2.0 * delta * (g_nu[:, :, None] - g_nu[:, None, :]) + delta ** 2 * (g_kk + g_ll - 2.0 * g_kl)
+                 + g_kk * (delta - 2.0 * nu[:, :, None] * delta - delta ** 2)
+                 + g_ll * (-delta + 2.0 * nu[:, None, :] * delta - delta ** 2))
+    return delta * (linear[:, :, None] - linear[:, None, :]) - 0.5 * eta_x * quadratic
 
 
 def swap_rows(nu: np.ndarray, b: np.ndarray, g: np.ndarray, prior_logit: np.ndarray, eta_x: float,
@@ -151,15 +153,14 @@ def swap_rows(nu: np.ndarray, b: np.ndarray, g: np.ndarray, prior_logit: np.ndar
     features (nonnegative bases are) a row that holds the wrong one of two is a fixed point of it, one flip
     either way costing more than the exchange gains."""
     n, n_features = nu.shape
-    best, pair = np.full(n, min_gain), np.full((n, 2), -1)
-    for k in range(n_features):
-        for l in range(k + 1, n_features):
-            gain = swap_gains(nu, b, g, prior_logit, eta_x, k, l)
-            better = gain > best
-            best, pair[better] = np.where(better, gain, best), (k, l)
-    rows = np.flatnonzero(pair[:, 0] >= 0)
+    if n_features < 2:
+        return nu
+    gains = swap_gains(nu, b, g, prior_logit, eta_x).reshape(n, n_features * n_features)
+    best = np.argmax(gains, axis=1)
+    rows = np.flatnonzero(gains[np.arange(n), best] > min_gain)
+    k, l = np.divmod(best[rows], n_features)
     out = nu.copy()
-    out[rows, pair[rows, 0]], out[rows, pair[rows, 1]] = nu[rows, pair[rows, 1]], nu[rows, pair[rows, 0]]
+    out[rows, k], out[rows, l] = nu[rows, l], nu[rows, k]
     return out
 
 
