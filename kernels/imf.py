@@ -27,7 +27,10 @@ has a mask (all True where nothing is missing) or none has, so that the ``zz`` s
 Choosing K+ (SPEC 3.1) uses chunk-local pieces plus small client steps: ``residual`` per chunk, its
 sums R^T R and sum_i r_i reduced, ``residual_directions`` on the client, projections p = R v per
 chunk, ``orient_and_split`` on the gathered p (one float per row), ``new_feature_column`` per chunk;
-``keep_features`` / ``select_features`` prune features whose reduced sum_i nu_ik is too small.
+``keep_features`` / ``select_features`` prune features whose reduced sum_i nu_ik is too small. The restart
+at a new K+ (issue #13) is ``gram_sums`` of the data reduced, ``whitening`` on the client, ``ica_sums`` per
+chunk and ``ica_step`` on the client until FastICA converges, ``binary_sources`` on the gathered sources.
+``swap_rows`` (in ``row_step`` with ``swaps``) exchanges two features' q(z) in a row where that raises L.
 Row and column offsets (an extension of the paper's model, ``remove_offsets``) are fitted the same
 way: ``row_offsets`` per chunk, ``column_offset_stats`` reduced, ``column_offsets`` on the client.
 The K+ search that composes them is the engine's driver (``pipeline.models.imf``), the same in
