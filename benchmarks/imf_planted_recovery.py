@@ -47,7 +47,7 @@ def main() -> None:
     p.add_argument("--cols", type=int, default=50)
     p.add_argument("--models", nargs="+", choices=tuple(MODELS), default=list(MODELS))
     p.add_argument("--no-restart", action="store_true",
-                   help="growth without the ICA restart candidate (the search before issue #13 item 3)")
+                   help="growth without the ICA restart candidate (IMFConfig.restart = False; the row exchanges stay)")
     args = p.parse_args()
     for model in args.models:
         rows = []

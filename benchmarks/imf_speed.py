@@ -103,7 +103,7 @@ def main() -> None:
     p.add_argument("--noise-var", type=float, default=0.5,
                    help="0.5 as in paper 000; 0.25 is paper 001's noise sigma 0.5")
     p.add_argument("--no-restart", action="store_true",
-                   help="growth without the ICA restart candidate (IMFConfig.restart = False; the search before issue #13)")
+                   help="growth without the ICA restart candidate (IMFConfig.restart = False)")
     args = p.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         for config_cls in (IMFConfig, INMFConfig):
