@@ -72,11 +72,11 @@ def oracle_errors(X: np.ndarray, Z: np.ndarray, A: np.ndarray, noise_var: float,
     return {"oracle_ls": base_error(A, ls), "oracle_post": base_error(A, post), "oracle_trunc": base_error(A, trunc)}
 
 
-def fit_seed(config_cls: type, seed: int, folder: Path, max_k: int, noise_var: float) -> dict:
+def fit_seed(config_cls: type, seed: int, folder: Path, max_k: int, noise_var: float, restart: bool) -> dict:
     X, Z, A = make_images(n_rows=100, noise_var=noise_var, variant="four", seed=seed)
     store = from_array(X, folder / f"{config_cls.__name__}-{seed}.zarr", "real", rows_per_chunk=100)
     start = time.perf_counter()
-    driver = fit_to_end(config_cls(max_k=max_k, chunk_rows=100), str(store.path))
+    driver = fit_to_end(config_cls(max_k=max_k, chunk_rows=100, restart=restart), str(store.path))
     seconds = time.perf_counter() - start
     error = base_error(A, driver.post["m"].T) if driver.k_plus else float("inf")
     return {"model": config_cls.__name__.replace("Config", "").lower(), "seed": seed, "seconds": seconds,
@@ -102,10 +102,13 @@ def main() -> None:
     p.add_argument("--max-k", type=int, default=8)
     p.add_argument("--noise-var", type=float, default=0.5,
                    help="0.5 as in paper 000; 0.25 is paper 001's noise sigma 0.5")
+    p.add_argument("--no-restart", action="store_true",
+                   help="growth without the ICA restart candidate (IMFConfig.restart = False)")
     args = p.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         for config_cls in (IMFConfig, INMFConfig):
-            rows = [fit_seed(config_cls, seed, Path(tmp), args.max_k, args.noise_var) for seed in range(args.seeds)]
+            rows = [fit_seed(config_cls, seed, Path(tmp), args.max_k, args.noise_var,
+                             not args.no_restart) for seed in range(args.seeds)]
             for row in rows:
                 print(json.dumps(row))
             print_table(rows)

@@ -64,3 +64,15 @@ def noisy_or_data(rng: np.random.Generator, n_rows: int = 6, n_features: int = 4
         Z = sample_ibp(n_rows, alpha, rng).Z[0]
     Y = rng.random((n_features, n_cols)) < params.p
     return IBPData(X=noisy_or_x(Z, Y, params, rng), Z=Z, A=Y)
+
+
+def planted_features(rng: np.random.Generator, n_rows: int, n_cols: int, n_features: int,
+                     nonnegative: bool = False, noise_sd: float = 0.5,
+                     usage: tuple[float, float] = (0.2, 0.4)) -> IBPData:
+    """Planted linear-Gaussian structure (issue #13 item 3): feature k used by each row with probability
+    p_k ~ U(usage), bases a_kd ~ N(0, 1) (|N(0, 1)| when ``nonnegative``, for INMF), X = Z A + N(0, noise_sd^2)."""
+    p = rng.uniform(*usage, size=n_features)
+    Z = rng.random((n_rows, n_features)) < p
+    A = rng.standard_normal((n_features, n_cols))
+    A = np.abs(A) if nonnegative else A
+    return IBPData(X=linear_gaussian_x(Z, A, noise_sd, rng), Z=Z, A=A)

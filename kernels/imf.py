@@ -27,7 +27,10 @@ has a mask (all True where nothing is missing) or none has, so that the ``zz`` s
 Choosing K+ (SPEC 3.1) uses chunk-local pieces plus small client steps: ``residual`` per chunk, its
 sums R^T R and sum_i r_i reduced, ``residual_directions`` on the client, projections p = R v per
 chunk, ``orient_and_split`` on the gathered p (one float per row), ``new_feature_column`` per chunk;
-``keep_features`` / ``select_features`` prune features whose reduced sum_i nu_ik is too small.
+``keep_features`` / ``select_features`` prune features whose reduced sum_i nu_ik is too small. The restart
+at a new K+ (issue #13) is ``gram_sums`` of the data reduced, ``whitening`` on the client, ``ica_sums`` per
+chunk and ``ica_step`` on the client until FastICA converges, ``binary_sources`` on the gathered sources.
+``swap_rows`` (in ``row_step`` with ``swaps``) exchanges two features' q(z) in a row where that raises L.
 Row and column offsets (an extension of the paper's model, ``remove_offsets``) are fitted the same
 way: ``row_offsets`` per chunk, ``column_offset_stats`` reduced, ``column_offsets`` on the client.
 The K+ search that composes them is the engine's driver (``pipeline.models.imf``), the same in
@@ -128,6 +131,42 @@ def sweep_rows(nu: np.ndarray, b: np.ndarray, g: np.ndarray, prior_logit: np.nda
     return nu
 
 
+def swap_gains(nu: np.ndarray, b: np.ndarray, g: np.ndarray, prior_logit: np.ndarray, eta_x: float) -> np.ndarray:
+    """(n, K, K): entry [i, k, l] is the change of L from exchanging nu_ik and nu_il (SPEC 3.1 row terms; the
+    entropy of q(z_i) is unchanged). L's part of row i is nu_i . (logit + eta_X b_i) - (eta_X / 2)(nu_i G nu_i^T
+    + sum_r G_rr (nu_ir - nu_ir^2)); the exchange adds e = delta (e_k - e_l), delta = nu_il - nu_ik."""
+    delta = nu[:, None, :] - nu[:, :, None]
+    linear = prior_logit + eta_x * b
+    g_nu = nu @ g if g.ndim == 2 else np.einsum("nr,nrk->nk", nu, g)
+    diag = np.diagonal(g, axis1=-2, axis2=-1)
+    if diag.ndim == 1:
+        diag = np.broadcast_to(diag, nu.shape)
+    g_kk, g_ll = diag[:, :, None], diag[:, None, :]
+    g_kl = g if g.ndim == 3 else g[None, :, :]
+    quadratic = (2.0 * delta * (g_nu[:, :, None] - g_nu[:, None, :]) + delta ** 2 * (g_kk + g_ll - 2.0 * g_kl)
+                 + g_kk * (delta - 2.0 * nu[:, :, None] * delta - delta ** 2)
+                 + g_ll * (-delta + 2.0 * nu[:, None, :] * delta - delta ** 2))
+    return delta * (linear[:, :, None] - linear[:, None, :]) - 0.5 * eta_x * quadratic
+
+
+def swap_rows(nu: np.ndarray, b: np.ndarray, g: np.ndarray, prior_logit: np.ndarray, eta_x: float,
+              min_gain: float = 1e-6) -> np.ndarray:
+    """In every row, the exchange of two features' q(z) values that raises L most (``swap_gains``), where it
+    raises it by more than ``min_gain`` nats. Coordinate ascent changes one nu_ik at a time; with similar
+    features (nonnegative bases are) a row that holds the wrong one of two is a fixed point of it, one flip
+    either way costing more than the exchange gains."""
+    n, n_features = nu.shape
+    if n_features < 2:
+        return nu
+    gains = swap_gains(nu, b, g, prior_logit, eta_x).reshape(n, n_features * n_features)
+    best = np.argmax(gains, axis=1)
+    rows = np.flatnonzero(gains[np.arange(n), best] > min_gain)
+    k, l = np.divmod(best[rows], n_features)
+    out = nu.copy()
+    out[rows, k], out[rows, l] = nu[rows, l], nu[rows, k]
+    return out
+
+
 def chunk_stats(x: np.ndarray, mask: np.ndarray | None, nu: np.ndarray) -> Stats:
     """The chunk's additive sufficient statistics for q(A), q(pi), q(eta_X) and L (SPEC 3.1).
 
@@ -158,9 +197,10 @@ def chunk_stats(x: np.ndarray, mask: np.ndarray | None, nu: np.ndarray) -> Stats
 
 
 def row_step(x: np.ndarray, mask: np.ndarray | None, nu: np.ndarray, post: Post,
-             n_sweeps: int = 1, prior_logit: np.ndarray | None = None) -> tuple[np.ndarray, Stats]:
+             n_sweeps: int = 1, prior_logit: np.ndarray | None = None, swaps: bool = False) -> tuple[np.ndarray, Stats]:
     """Update q(z_i) of every row of a chunk given the column posteriors (SPEC 3.1, paper eq. 8),
-    then return the new nu (n, K) and the chunk's statistics (``chunk_stats``).
+    then return the new nu (n, K) and the chunk's statistics (``chunk_stats``). With ``swaps``, each row
+    first takes its best exchange of two features (``swap_rows``), which coordinate ascent cannot make.
 
     ``prior_logit`` (K,) is E ln pi_k - E ln(1 - pi_k); None takes it from q(pi_k) = Beta(t1, t2) (IMF, VFMF),
     a model whose E ln(1 - pi_k) has no closed form passes its own (TVIMF, SPEC 3.8).
@@ -170,6 +210,8 @@ def row_step(x: np.ndarray, mask: np.ndarray | None, nu: np.ndarray, post: Post,
         log_pi, log_1mpi = beta_log_means(post["t1"], post["t2"])
         prior_logit = log_pi - log_1mpi
     eta_x, _ = gamma_means(post["ax"], post["bx"])
+    if swaps:
+        nu = swap_rows(nu, b, g, prior_logit, eta_x)
     for _ in range(n_sweeps):
         nu = sweep_rows(nu, b, g, prior_logit, eta_x)
     return nu, chunk_stats(x, mask, nu)
@@ -363,10 +405,20 @@ def evidence(stats: Stats, post: Post, hyper: Hyper) -> float:
 # ----------------------------------------------------------------------------- K+ growth and pruning
 
 
+def observed(x: np.ndarray, mask: np.ndarray | None) -> np.ndarray:
+    """X on the observed entries, 0 where missing."""
+    return x if mask is None else np.where(mask, x, 0.0)
+
+
 def residual(x: np.ndarray, mask: np.ndarray | None, nu: np.ndarray, m: np.ndarray) -> np.ndarray:
     """R = X - E[Z] E[A] on the observed entries, 0 where missing (SPEC 3.1, choosing K+)."""
     r = x - nu @ m.T
     return r if mask is None else np.where(mask, r, 0.0)
+
+
+def gram_sums(r: np.ndarray) -> Stats:
+    """A chunk's sums of R^T R (``gram``), sum_i r_i (``col_sum``) and its row count (``n_rows``)."""
+    return {"gram": r.T @ r, "col_sum": r.sum(axis=0), "n_rows": np.float64(r.shape[0])}
 
 
 def residual_directions(gram: np.ndarray, col_sum: np.ndarray, n_rows: float, count: int) -> np.ndarray:
@@ -384,14 +436,18 @@ def orient_and_split(p: np.ndarray, n_iter: int = 20) -> tuple[float, float]:
     threshold is the 1-D two-means split of sign * p.
     """
     sign = 1.0 if p.sum() >= 0.0 else -1.0
-    q = sign * p
+    return sign, two_means_threshold(sign * p, n_iter)
+
+
+def two_means_threshold(q: np.ndarray, n_iter: int = 20) -> float:
+    """The 1-D two-means split of q: from the midrange, the midpoint of the two sides' means, repeated."""
     threshold = 0.5 * (q.min() + q.max())
     for _ in range(n_iter):
         high, low = q[q > threshold], q[q <= threshold]
         if high.size == 0 or low.size == 0:
             break
         threshold = 0.5 * (high.mean() + low.mean())
-    return sign, float(threshold)
+    return float(threshold)
 
 
 def new_feature_column(p: np.ndarray, sign: float, threshold: float, soft: float = 0.1) -> np.ndarray:
@@ -487,3 +543,45 @@ class Model:
 
 
 IMF = Model()
+
+
+# ----------------------------------------------------------------------------- restart by ICA
+
+
+def whitening(sums: Stats, count: int) -> tuple[np.ndarray, np.ndarray]:
+    """Mean (D,) and whitening map (D, count) of the rows from their reduced ``gram_sums``: the ``count``
+    leading principal directions of the covariance, each divided by its standard deviation, so that
+    (x_i - mean) @ map has identity covariance (zero variances are floored)."""
+    n = float(sums["n_rows"])
+    mean = sums["col_sum"] / n
+    values, vectors = np.linalg.eigh(sums["gram"] / n - np.outer(mean, mean))
+    values, vectors = values[::-1][:count], vectors[:, ::-1][:, :count]
+    return mean, vectors / np.sqrt(np.maximum(values, 1e-12 * max(values[0], 1e-300)))
+
+
+def ica_sums(y: np.ndarray, white: np.ndarray) -> Stats:
+    """A chunk's sums for one FastICA step with the skewness contrast G(u) = u^3 / 3 (``ica_step``):
+    ``gy`` (K, K) sum_i y_i^2 white_i^T and ``y_sum`` (K,) sum_i y_i, for sources y = white @ W^T."""
+    return {"gy": (y * y).T @ white, "y_sum": y.sum(axis=0)}
+
+
+def ica_step(sums: Stats, unmixing: np.ndarray, n_rows: float) -> np.ndarray:
+    """The symmetric FastICA fixed point w_k <- E[white g(y_k)] - E[g'(y_k)] w_k with g(u) = u^2, followed by
+    W <- (W W^T)^(-1/2) W.
+
+    Binary sources z_ik ~ Bern(p_k), p_k != 1/2, are skewed (skewness (1 - 2 p) / sqrt(p (1 - p))), so
+    maximising the third moments of the whitened rows unmixes X = Z A + noise into one source per feature
+    where the residual directions mix them (issue #13 item 3).
+    """
+    updated = sums["gy"] / n_rows - 2.0 * (sums["y_sum"] / n_rows)[:, None] * unmixing
+    values, vectors = np.linalg.eigh(updated @ updated.T)
+    return (vectors / np.sqrt(values)) @ vectors.T @ updated
+
+
+def binary_sources(y: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Sign and threshold per source column of y (N x K) that make a binary feature of it: the sign puts the
+    long tail (positive third moment, the rarer value of a skewed binary source) high, the threshold is the
+    two-means split of the signed source (``two_means_threshold``)."""
+    signs = np.where(np.sum(y ** 3, axis=0) >= 0.0, 1.0, -1.0)
+    return signs, np.array([two_means_threshold(signs[k] * y[:, k]) for k in range(y.shape[1])])
+

@@ -5,6 +5,7 @@ NumPy/SciPy."""
 from __future__ import annotations
 
 import numpy as np
+from scipy.optimize import linear_sum_assignment
 
 
 def average_ranks(values: np.ndarray) -> np.ndarray:
@@ -58,3 +59,14 @@ def base_error(A_true: np.ndarray, A_est: np.ndarray) -> float:
     """Mean over true features of the mean squared difference to the closest estimated feature (SPEC 4)."""
     sq = ((A_true[:, None, :] - A_est[None, :, :]) ** 2).mean(axis=2)
     return float(sq.min(axis=1).mean())
+
+
+def z_agreement(Z_true: np.ndarray, expected_z: np.ndarray) -> float:
+    """Fraction of the entries of the true Z (N x K) equal to E[Z] (N x K+) thresholded at 0.5, after matching
+    the true features to the estimated ones one to one (Hungarian matching on the number of agreeing rows).
+    True features left without a match (K+ < K) count as wrong in every row."""
+    truth = np.asarray(Z_true, np.float64)
+    estimate = (expected_z > 0.5).astype(np.float64)
+    agree = truth.T @ estimate + (1.0 - truth).T @ (1.0 - estimate)
+    rows, cols = linear_sum_assignment(agree, maximize=True)
+    return float(agree[rows, cols].sum() / truth.size)

@@ -9,6 +9,7 @@ from scipy import stats as st
 from scipy.special import digamma, expit
 
 from buffet.data import ibp_images
+from buffet.data.ibp_synthetic import planted_features
 from buffet.kernels import imf
 from imf_reference import reference_fit
 
@@ -64,6 +65,31 @@ def test_row_step_equals_per_row_loop(masked: bool) -> None:
     _, _, post = fitted_state(x, mask, nu, imf.Hyper())
     fast, _ = imf.row_step(x, mask, nu, post)
     np.testing.assert_allclose(fast, loop_row_step(x, mask, nu, post), rtol=0, atol=1e-10)
+
+
+@pytest.mark.parametrize("masked", [False, True])
+def test_swap_gain_is_the_change_of_the_evidence(masked: bool) -> None:
+    """Exchanging two features' nu in one row changes L by ``swap_gains``; ``swap_rows`` takes each row's best
+    exchange, so L rises by the sum of those gains."""
+    x, mask, nu = small_problem(2, masked, n=30, d=6, k=4)
+    hyper = imf.Hyper()
+    _, _, post = fitted_state(x, mask, nu, hyper)
+    b, g = imf.row_terms(x, mask, post)
+    log_pi, log_1mpi = imf.beta_log_means(post["t1"], post["t2"])
+    eta_x, _ = imf.gamma_means(post["ax"], post["bx"])
+
+    def evidence(v: np.ndarray) -> float:
+        return imf.evidence(imf.chunk_stats(x, mask, v), post, hyper)
+
+    gains = imf.swap_gains(nu, b, g, log_pi - log_1mpi, eta_x)
+    for k, l in ((0, 1), (1, 3), (3, 1)):
+        swapped = nu.copy()
+        swapped[7, [k, l]] = nu[7, [l, k]]
+        assert evidence(swapped) - evidence(nu) == pytest.approx(gains[7, k, l], rel=1e-9, abs=1e-9)
+    best = gains.max(axis=(1, 2))
+    moved = imf.swap_rows(nu, b, g, log_pi - log_1mpi, eta_x)
+    assert np.any(moved != nu)
+    assert evidence(moved) - evidence(nu) == pytest.approx(np.sum(best[best > 1e-6]), rel=1e-9)
 
 
 @pytest.mark.parametrize("masked", [False, True])
@@ -175,6 +201,25 @@ def test_residual_initialisation_finds_a_planted_feature() -> None:
     p = r @ direction
     first = imf.new_feature_column(p, *imf.orient_and_split(p))
     np.testing.assert_array_equal(first > 0.5, z > 0.5)
+
+
+def test_ica_unmixes_planted_binary_features() -> None:
+    """Whitening gives identity covariance, and FastICA with the skewness contrast from the identity turns
+    X = Z A + noise into one source per feature, each thresholded to its true column of Z (rows in one chunk)."""
+    data = planted_features(np.random.default_rng(4), 2000, 20, 4)
+    x = data.X
+    mean, white = imf.whitening(imf.gram_sums(x), 4)
+    whitened = (x - mean) @ white
+    np.testing.assert_allclose(np.cov(whitened.T, bias=True), np.eye(4), atol=1e-10)
+    unmixing = np.eye(4)
+    for _ in range(50):
+        unmixing = imf.ica_step(imf.ica_sums(whitened @ unmixing.T, whitened), unmixing, x.shape[0])
+    y = whitened @ unmixing.T
+    signs, thresholds = imf.binary_sources(y)
+    z = imf.new_feature_column(y, signs, thresholds) > 0.5
+    matched = [max(range(4), key=lambda k: np.mean(z[:, k] == data.Z[:, t])) for t in range(4)]
+    assert sorted(matched) == [0, 1, 2, 3]
+    assert all(np.mean(z[:, k] == data.Z[:, t]) > 0.999 for t, k in enumerate(matched))
 
 
 def test_pruning_keeps_the_selected_features() -> None:

@@ -8,9 +8,16 @@ When L stops changing, the state is compared with the best so far and, unless gr
 stopped paying, one feature is added: blocks reduce the residual's Gram matrix, the client
 finds its ``n_candidates`` leading directions, and for each in turn the blocks project onto it,
 the split of the projections initialises the new column of q(z) and the alternation runs to
-convergence from there. The candidate with the best L is the state at the new K+ (paper 000
-Algorithm 1 grows from the previous state; trying several residual directions keeps one unlucky
-direction from deciding K+).
+convergence from there. After the directions comes the restart (``restart``, on by default): q(z) at
+the new K+ from scratch, each column a binary source of a FastICA of the data (skewness contrast,
+``kernels.imf.ica_step``), skipped when the ICA does not converge. The candidate with the best L is
+the state at the new K+; a later candidate has to beat the leader by more than tol |L|, so that two
+candidates reaching one optimum are decided the same way on any chunking (paper 000 Algorithm 1
+grows from the previous state; trying several residual directions keeps one unlucky direction from
+deciding K+, and the restart undoes what growth merged: the best single feature of a K+ = 1 fit to
+planted data is a blend of several true ones, and later growth steps never split it, issue #13).
+Every row update first takes the row's best exchange of two features' q(z) (``kernels.imf.swap_rows``),
+a move coordinate ascent cannot make between similar features.
 
 State (issue #11): q(z) is the named per-block state "nu". The search keeps up to three saved
 states (``SAVED_STATES``): "best", the best converged state so far; "base", the converged state a
@@ -49,6 +56,8 @@ CAP_CHOICES = (2, 4, 8)  # caps on K+ tried below max_k when settings are chosen
 DEFAULT_OFFSET_REG = 1.0  # ridge strength of the offsets candidate when offset_reg is not given
 SAVED_STATES = ("best", "base", "leader")  # search states kept besides the current one (module docstring)
 OFFSET_SWEEPS = 20  # alternations of row and column offsets (ridge ALS converges in a few)
+ICA_STEPS = 200  # most FastICA steps of a restart (it converges in a few on planted features)
+ICA_TOL = 1e-8  # FastICA has converged when every unmixing row moves by at most this (1 - |w_new . w_old|)
 
 
 @dataclass
@@ -85,6 +94,9 @@ class IMFConfig(SelectionSettings):
     n_candidates: int = option(3, "Residual directions tried for each new feature; the candidate with the best "
                                   "evidence is kept (>= 1). 1 is fastest; more keeps one unlucky start from "
                                   "deciding K+.")
+    restart: bool = option(True, "At each growth step also try a fresh start at the new K+ from an ICA of the data "
+                                 "(features that greedy growth merged come apart); the evidence decides. Off: "
+                                 "growth only adds to the previous state.")
 
     def check(self) -> None:
         require_counts(self, ("max_k", "chunk_rows", "max_iter", "patience", "checkpoint_every", "n_candidates"))
@@ -154,7 +166,7 @@ def empty_nu_task(rows: DenseRows) -> np.ndarray:
 
 
 def row_task(rows: DenseRows, nu: np.ndarray, post: dict) -> tuple[np.ndarray, dict]:
-    return imf.row_step(rows.X, rows.mask, nu, post)
+    return imf.row_step(rows.X, rows.mask, nu, post, swaps=True)
 
 
 def stats_task(rows: DenseRows, nu: np.ndarray) -> dict:
@@ -166,8 +178,27 @@ def select_task(nu: np.ndarray, keep: np.ndarray) -> np.ndarray:
 
 
 def residual_stats_task(rows: DenseRows, nu: np.ndarray, m: np.ndarray) -> dict:
-    r = imf.residual(rows.X, rows.mask, nu, m)
-    return {"gram": r.T @ r, "col_sum": r.sum(axis=0), "n_rows": np.float64(r.shape[0])}
+    return imf.gram_sums(imf.residual(rows.X, rows.mask, nu, m))
+
+
+def data_stats_task(rows: DenseRows) -> dict:
+    return imf.gram_sums(imf.observed(rows.X, rows.mask))
+
+
+def whiten_task(rows: DenseRows, mean: np.ndarray, white: np.ndarray) -> np.ndarray:
+    return (imf.observed(rows.X, rows.mask) - mean) @ white
+
+
+def ica_sums_task(white: np.ndarray, unmixing: np.ndarray) -> dict:
+    return imf.ica_sums(white @ unmixing.T, white)
+
+
+def sources_task(white: np.ndarray, unmixing: np.ndarray) -> np.ndarray:
+    return white @ unmixing.T
+
+
+def binary_nu_task(y: np.ndarray, signs: np.ndarray, thresholds: np.ndarray) -> np.ndarray:
+    return imf.new_feature_column(y, signs, thresholds)
 
 
 def project_task(rows: DenseRows, nu: np.ndarray, m: np.ndarray, direction: np.ndarray) -> np.ndarray:
@@ -341,11 +372,10 @@ class IMFDriver:
         so far, and grow or stop."""
         grew = True
         if self.base:
-            if evidence > self.leader["evidence"]:
+            if self._beats(evidence, self.leader["evidence"]):
                 self._save("leader", evidence)
             self.candidate += 1
-            if self.candidate < self.directions.shape[1]:
-                self._start_candidate()
+            if self.candidate < self._n_candidates() and self._start_candidate():
                 return
             evidence, base_k = self.leader["evidence"], self.base["post"]["m"].shape[1]
             self._load("leader")
@@ -364,6 +394,12 @@ class IMFDriver:
         else:
             self._grow()
 
+    def _beats(self, evidence: float, leader: float) -> bool:
+        """Whether a growth candidate's converged L beats the leader's by more than the convergence tolerance
+        (tol |L|): candidates that reach one optimum (the restart often reaches a direction's, features
+        reordered) differ by rounding only, and the earlier one stays, on any chunking."""
+        return leader == -np.inf or evidence > leader + self.config.tol * abs(leader)
+
     def _end_growth(self) -> None:
         self.base, self.leader, self.directions = {}, {"evidence": -np.inf}, None
         self.engine.drop("base_nu")
@@ -380,10 +416,19 @@ class IMFDriver:
         self.candidate = 0
         self._start_candidate()
 
-    def _start_candidate(self) -> None:
-        """From the base state, one more q(z) column split from the projections on the current direction."""
+    def _n_candidates(self) -> int:
+        """Candidates of this growth step: one per residual direction, then the ICA restart when it is on and
+        the new K+ is at most the number of columns."""
+        d, k = self.base["post"]["m"].shape
+        return self.directions.shape[1] + int(self.config.restart and k + 1 <= d)
+
+    def _start_candidate(self) -> bool:
+        """From the base state, one more q(z) column split from the projections on the current direction, or
+        the restart (``_start_restart``) after the last direction. False if the candidate cannot start."""
         engine = self.engine
         self._load("base")
+        if self.candidate == self.directions.shape[1]:
+            return self._start_restart()
         nu = engine.state("nu")
         direction = self.directions[:, self.candidate]
         projections = engine.hold(engine.map(project_task, self.blocks, nu, engine.share(self.post["m"]), direction))
@@ -392,6 +437,44 @@ class IMFDriver:
         self.post = self.model.add_feature(self.post, self.hyper)
         self.stats = self._reduce_stats()
         self.previous, self.iter_in_k = -np.inf, 0
+        return True
+
+    def _start_restart(self) -> bool:
+        """q(z) at K+ = base K+ + 1 from scratch: the binary sources of an ICA of the data (``_ica``), with the
+        column posteriors of a fresh start (``start``); the alternation then runs as for any candidate. False
+        (no restart) when the ICA does not converge: features used by half the rows are not skewed, and
+        without a fixed point the unmixing would depend on rounding, so on the chunking."""
+        engine = self.engine
+        k = self.k_plus + 1
+        data_sums = engine.reduce(engine.map(data_stats_task, self.blocks))
+        mean, white = imf.whitening(data_sums, k)
+        whitened = engine.hold(engine.map(whiten_task, self.blocks, mean, white))
+        unmixing = self._ica(whitened, float(data_sums["n_rows"]), k)
+        if unmixing is None:
+            return False
+        sources = engine.hold(engine.map(sources_task, whitened, unmixing))
+        signs, thresholds = imf.binary_sources(np.concatenate(engine.collect(sources)))
+        engine.keep("nu", engine.map(binary_nu_task, sources, signs, thresholds))
+        empty = engine.map(empty_nu_task, self.blocks)
+        self.post = self.model.initial_post(engine.reduce(engine.map(stats_task, self.blocks, empty)), self.hyper)
+        for _ in range(k):
+            self.post = self.model.add_feature(self.post, self.hyper)
+        self.stats = self._reduce_stats()
+        self.previous, self.iter_in_k = -np.inf, 0
+        return True
+
+    def _ica(self, whitened: BlockSet, n_rows: float, k: int) -> np.ndarray | None:
+        """Unmixing matrix (k, k) of the whitened rows by symmetric FastICA (``kernels.imf.ica_step``) from the
+        identity, each step a reduction over the blocks; None if it has not converged in ``ICA_STEPS``."""
+        unmixing = np.eye(k)
+        for _ in range(ICA_STEPS):
+            sums = self.engine.reduce(self.engine.map(ica_sums_task, whitened, unmixing))
+            updated = imf.ica_step(sums, unmixing, n_rows)
+            moved = np.max(1.0 - np.abs(np.sum(updated * unmixing, axis=1)))
+            unmixing = updated
+            if moved <= ICA_TOL:
+                return unmixing
+        return None
 
     # -- results --
     def expected_z(self) -> np.ndarray:
