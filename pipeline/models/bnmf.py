@@ -26,8 +26,8 @@ class BNMFConfig(TopicModelConfig):
 
     Why the SVI schedule (kappa 0.6, t0 10) and ``max_sweeps`` 10 differ from the topic models' shared
     defaults: on held-out documents of two generated validation corpora (not the benchmark's), one pass
-    with them scores 0.4-0.7% better per word than with (0.51, 1) and 20 sweeps, at half the sweeps
-    (benchmarks/README.md section 20). Fewer sweeps fit early, still random topics less tightly (fully
+    with them scores 0.4-1.1% better per word than with (0.51, 1) and 20 sweeps, at half the sweeps
+    (benchmarks/README.md section 22). Fewer sweeps fit early, still random topics less tightly (fully
     converged local fits entrench them, section 13); 7 sweeps were too few.
     """
 
