@@ -39,6 +39,7 @@ from buffet.pipeline.engine.messages import ClusterLostError, is_cluster_failure
 
 log = logger("engine")
 POLL_SECONDS = 1.0  # how often a wait for results looks at the number of workers
+GATHER_GRACE_SECONDS = 30.0  # bringing finished results back may take this long beyond worker_timeout
 
 
 class ClusterFailure(Exception):
@@ -340,7 +341,18 @@ class Engine:
         [done] = self._persist_pending([array], consumed)
         futures = futures_of(done)
         self._wait(futures)
-        return np.concatenate(self._call(self.client.gather, futures))
+        return np.concatenate(self._gather(futures))
+
+    def _gather(self, futures: list) -> list:
+        """The results of finished ``futures``, brought here. If the worker holding one is lost meanwhile,
+        Dask computes it again, which never ends when an input of it is gone too (a shared value lives on
+        one worker only): after ``worker_timeout`` + ``GATHER_GRACE_SECONDS`` that is a ``ClusterFailure``,
+        and the loop tries the step again from its start."""
+        limit = self.worker_timeout + GATHER_GRACE_SECONDS
+        try:
+            return self._call(self.client.sync, self.client._gather, futures, callback_timeout=limit)
+        except TimeoutError:
+            raise ClusterFailure(f"results not brought back in {limit:g} s after a worker was lost") from None
 
     def _wait(self, futures: list) -> None:
         """Wait for ``futures``; a lost worker is a ``ClusterFailure``; no worker at all for
