@@ -197,3 +197,22 @@ def test_no_worker_left_stops_within_the_timeout():
         engine = Engine(client, worker_timeout=1.0)
         with pytest.raises(ClusterLostError, match="no Dask worker for 1 s"):
             walk(engine)
+
+
+def _blas_threads(_: object) -> int:
+    from threadpoolctl import threadpool_info
+
+    return max((pool["num_threads"] for pool in threadpool_info() if pool["user_api"] == "blas"), default=1)
+
+
+def test_block_tasks_in_this_process_use_one_blas_thread_like_the_workers():
+    """A multi-threaded BLAS sums long dot products in another order, so in-process blocks would differ in
+    the last digit from the same blocks on workers (which run BLAS on one thread)."""
+    from threadpoolctl import threadpool_limits
+
+    engine = Engine()
+    blocks = engine.from_values([0, 1])
+    with threadpool_limits(limits=2, user_api="blas"):  # this process's BLAS on two threads
+        assert _blas_threads(None) == 2
+        assert engine.collect(engine.map(_blas_threads, blocks)) == [1, 1]
+        assert engine.reduce(engine.map(lambda b: {"n": _blas_threads(b)}, blocks)) == {"n": 2}
