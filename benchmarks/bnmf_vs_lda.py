@@ -44,7 +44,9 @@ from common import (
     mixture_loglik,
     record,
     run_measured,
+    setting,
     thirds,
+    timed_svi_pass,
     wait_quiet,
 )
 
@@ -79,26 +81,12 @@ def buffet_heldout(store: str, g: np.ndarray, h: np.ndarray, config) -> dict:
 
 
 def run_buffet(args) -> dict:
-    from buffet.pipeline.engine.cluster import dask_client
-    from buffet.pipeline.engine.dataset import source_of
-    from buffet.pipeline.engine.engine import Engine
     from buffet.pipeline.reports.bnmf import make_driver
 
     config = buffet_config(args)
-    with PeakMemory() as mem:
-        with dask_client(args.workers, dashboard=False, quiet=True, worker_kind=args.worker_kind) as client:
-            driver = make_driver(config, source_of(args.store), Engine(client))
-            driver.eval_rows = None  # held-out scoring happens below, outside the timed pass
-            driver.start()
-            mem.reset_cpu()
-            with ForeignLoad() as load:
-                t0 = time.perf_counter()
-                trace = [driver.step(s) for s in range(driver.total_steps())]
-                seconds = time.perf_counter() - t0
-                own = mem.own_cpu_seconds()
-        g, h = driver.globals["g"], driver.globals["h"]
-    return {"seconds": seconds, "docs": driver.corpus.n_train, "peak_rss_mb": mem.peak / 2**20,
-            "cpu_seconds": own, "foreign_load_cores": load.cores(own), **buffet_heldout(args.store, g, h, config),
+    driver, trace, measured = timed_svi_pass(make_driver, config, args.store, args.workers, args.worker_kind)
+    g, h = driver.globals["g"], driver.globals["h"]
+    return {**measured, "docs": driver.corpus.n_train, **buffet_heldout(args.store, g, h, config),
             "mean_sweeps": float(np.mean([r["mean_sweeps"] for r in trace])),
             "chunk_rows": config.chunk_rows, "steps": len(trace), "precision": args.precision,
             "accelerate": args.accelerate, "worker_kind": args.worker_kind,
@@ -184,17 +172,6 @@ def run_gensim(args) -> dict:
             "cpu_seconds": own, "foreign_load_cores": load.cores(own),
             "heldout_ll": mixture_loglik(gamma, lda.get_topics(), held),
             "gensim_class": "LdaMulticore" if args.workers >= 1 else "LdaModel"}
-
-
-def setting(text: str) -> tuple[str, float | int | str]:
-    """A ``NAME=VALUE`` BNMFConfig setting, the value read as an int, a float or else a string."""
-    name, _, value = text.partition("=")
-    for kind in (int, float):
-        try:
-            return name, kind(value)
-        except ValueError:
-            pass
-    return name, value
 
 
 SYSTEMS = {"buffet": run_buffet, "buffet-cli": run_buffet_cli, "sklearn": run_sklearn, "gensim": run_gensim}

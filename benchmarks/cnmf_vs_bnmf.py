@@ -32,13 +32,12 @@ import cProfile
 import pstats
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import ForeignLoad, PeakMemory, machine, record, thirds
+from common import machine, record, thirds, timed_svi_pass
 
 BUFFET = str(Path(sys.executable).with_name("buffet"))
 
@@ -76,28 +75,14 @@ def config_of(model: str, args):
 
 def timed_pass(model: str, config, store: str, args):
     """One SVI pass of ``model`` on a fresh LocalCluster; returns the driver and the pass's measurements."""
-    from buffet.pipeline.engine.cluster import dask_client
-    from buffet.pipeline.engine.dataset import source_of
-    from buffet.pipeline.engine.engine import Engine
     from buffet.pipeline.reports import bnmf as bnmf_report
     from buffet.pipeline.reports import cnmf as cnmf_report
 
     make_driver = {"bnmf": bnmf_report.make_driver, "cnmf": cnmf_report.make_driver}[model]
-    with PeakMemory() as mem:
-        with dask_client(args.workers, dashboard=False, quiet=True, worker_kind="threads") as client:
-            driver = make_driver(config, source_of(store), Engine(client))
-            driver.eval_rows = None  # held-out scoring happens afterwards, outside the timed pass
-            driver.start()
-            mem.reset_cpu()
-            with ForeignLoad() as load:
-                t0 = time.perf_counter()
-                trace = [driver.step(s) for s in range(driver.total_steps())]
-                seconds = time.perf_counter() - t0
-                own = mem.own_cpu_seconds()
+    driver, trace, measured = timed_svi_pass(make_driver, config, store, args.workers, "threads")
     effort_key = driver.model.effort[0]
     docs = driver.corpus.n_train * config.passes  # documents processed
-    return driver, {"seconds": seconds, "docs": docs, "docs_per_second": docs / seconds,
-                    "cpu_seconds": own, "foreign_load_cores": load.cores(own), "peak_rss_mb": mem.peak / 2**20,
+    return driver, {**measured, "docs": docs, "docs_per_second": docs / measured["seconds"],
                     "steps": len(trace), effort_key: float(np.mean([r[effort_key] for r in trace]))}
 
 

@@ -187,3 +187,37 @@ def run_measured(cmd: list[str], interval: float = 0.1) -> dict:
     if proc.returncode != 0:
         raise SystemExit(f"{' '.join(cmd)} failed ({proc.returncode}):\n{out[-3000:]}")
     return {"seconds": seconds, "peak_rss_mb": peak / 2**20, "command": " ".join(cmd), "output_tail": out[-400:]}
+
+
+def timed_svi_pass(make_driver, config, store: str, workers: int, worker_kind: str) -> tuple[object, list[dict], dict]:
+    """One fit of a topic-model driver (``make_driver(config, source, engine)``, e.g. a report module's) on a
+    fresh LocalCluster, its held-out scoring switched off; the clock covers the steps only. Returns the
+    driver, its trace and the pass's wall seconds, own CPU seconds, foreign load and peak memory."""
+    from buffet.pipeline.engine.cluster import dask_client
+    from buffet.pipeline.engine.dataset import source_of
+    from buffet.pipeline.engine.engine import Engine
+
+    with PeakMemory() as mem:
+        with dask_client(workers, dashboard=False, quiet=True, worker_kind=worker_kind) as client:
+            driver = make_driver(config, source_of(store), Engine(client))
+            driver.eval_rows = None  # held-out scoring happens afterwards, outside the timed pass
+            driver.start()
+            mem.reset_cpu()
+            with ForeignLoad() as load:
+                t0 = time.perf_counter()
+                trace = [driver.step(s) for s in range(driver.total_steps())]
+                seconds = time.perf_counter() - t0
+                own = mem.own_cpu_seconds()
+    return driver, trace, {"seconds": seconds, "cpu_seconds": own, "foreign_load_cores": load.cores(own),
+                           "peak_rss_mb": mem.peak / 2**20}
+
+
+def setting(text: str) -> tuple[str, float | int | str]:
+    """A ``NAME=VALUE`` model setting (``--set``), the value read as an int, a float or else a string."""
+    name, _, value = text.partition("=")
+    for kind in (int, float):
+        try:
+            return name, kind(value)
+        except ValueError:
+            pass
+    return name, value

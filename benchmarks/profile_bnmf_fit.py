@@ -14,11 +14,16 @@ from __future__ import annotations
 import argparse
 import importlib
 import json
+import sys
 import time
+from pathlib import Path
 
 T0 = time.perf_counter()
 C0 = time.process_time()
 importlib.import_module("buffet.pipeline.cli")  # what the command imports before it starts
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from common import setting  # noqa: E402
 
 from buffet.pipeline.engine.cluster import dask_client  # noqa: E402
 from buffet.pipeline.engine.dataset import source_of  # noqa: E402
@@ -55,11 +60,10 @@ def main() -> None:
     p.add_argument("store")
     p.add_argument("--k", type=int, default=100)
     p.add_argument("--batch-size", type=int, default=1000)
-    p.add_argument("--set", action="append", default=[], metavar="NAME=VALUE")
+    p.add_argument("--set", action="append", default=[], type=setting, metavar="NAME=VALUE",
+                   help="any other BNMFConfig setting, e.g. --set kappa=0.7 (repeatable)")
     args = p.parse_args()
-    settings = {name: float(value) if "." in value else int(value)
-                for name, value in (item.split("=", 1) for item in args.set)}
-    config = BNMFConfig(n_topics=args.k, batch_size=args.batch_size, eval_every=0, **settings)
+    config = BNMFConfig(n_topics=args.k, batch_size=args.batch_size, eval_every=0, **dict(args.set))
     clock = Clock()
     for name in ("local_view", "stochastic_update"):
         clock.wrap(bnmf_model.BNMF, name)

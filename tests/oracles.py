@@ -94,3 +94,21 @@ def class_mean_features(Z: np.ndarray, M: np.ndarray, key: bytes) -> np.ndarray 
         if class_key(Zl) == key:
             return Ml[left_order(Zl)]
     return None
+
+
+TINY_Z = np.array([[1, 0], [1, 1], [0, 1]], bool)  # the tiny problems' true Z: 3 rows, 2 features
+
+
+def masked_noisy_or_problem(rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray, NoisyORParams,
+                                                                 dict[bytes, float]]:
+    """Noisy-OR data from ``TINY_Z`` (7 columns) with two entries missing: X, the observed mask, the
+    parameters and the exact class posterior of Z at alpha 0.5 (Y summed out)."""
+    from buffet.data.ibp_synthetic import noisy_or_x
+
+    params = NoisyORParams(p=0.5, lam=0.8, eps=0.1)
+    X = noisy_or_x(TINY_Z, rng.random((2, 7)) < params.p, params, rng)
+    observed = np.ones(X.shape, bool)
+    observed[[0, 2], [3, 5]] = False
+    exact = exact_class_posterior(3, 7, 0.5, lambda Z: noisy_or_log_marginal(X, Z, params, observed))
+    return X, observed, params, exact
+

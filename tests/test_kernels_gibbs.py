@@ -7,15 +7,14 @@ import pytest
 from scipy import stats
 from scipy.special import logsumexp
 
-from buffet.data.ibp_synthetic import image_data, linear_gaussian_x, noisy_or_x
+from buffet.data.ibp_synthetic import image_data, linear_gaussian_x
 from buffet.kernels import gibbs_linear_gaussian as lg
 from buffet.kernels import gibbs_noisy_or as no
 from buffet.kernels.ibp_prior import class_key, harmonic_number, ibp_log_prob, sample_alpha
 from buffet.kernels.pf_noisy_or import NoisyORParams
 
-from oracles import enumerate_ibp_classes, exact_class_posterior, noisy_or_log_marginal, total_variation
-
-TINY_Z = np.array([[1, 0], [1, 1], [0, 1]], bool)
+from oracles import (TINY_Z, enumerate_ibp_classes, exact_class_posterior, masked_noisy_or_problem,
+                     noisy_or_log_marginal, total_variation)
 
 # Chains on 3 x 6-7 matrices against exact class posteriors (3432 classes with K+ <= 7): the total variation
 # of a correct sampler's class frequencies falls slowly with the sweeps (the many small classes bias it up).
@@ -189,11 +188,7 @@ def test_noisy_or_marginal_equals_sum_over_every_y():
 
 def test_noisy_or_gibbs_matches_exact_class_posterior_with_missing_entries():
     rng = np.random.default_rng(0)
-    params = NoisyORParams(p=0.5, lam=0.8, eps=0.1)
-    X = noisy_or_x(TINY_Z, rng.random((2, 7)) < params.p, params, rng)
-    observed = np.ones(X.shape, bool)
-    observed[[0, 2], [3, 5]] = False
-    exact = exact_class_posterior(3, 7, 0.5, lambda Z: noisy_or_log_marginal(X, Z, params, observed))
+    X, observed, params, exact = masked_noisy_or_problem(rng)
     start = no.NoisyORGibbsState(np.zeros((3, 0), bool), np.zeros((0, 7), bool), 0.5)
     freq, state = _chain_class_frequencies(
         lambda s: no.gibbs_sweep(X, s, params, rng, observed, alpha_prior=None), start, 4000)

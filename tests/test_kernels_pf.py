@@ -21,10 +21,8 @@ from buffet.kernels.resampling import (ancestor_locations, concatenate_blocks, e
                                        k_plus_distribution, normalise_log_weights, select_particles,
                                        systematic_resample)
 
-from oracles import (class_distribution, class_mean_features, exact_class_posterior, noisy_or_log_marginal,
-                     total_variation)
-
-TINY_Z = np.array([[1, 0], [1, 1], [0, 1]], bool)
+from oracles import (TINY_Z, class_distribution, class_mean_features, exact_class_posterior, masked_noisy_or_problem,
+                     noisy_or_log_marginal, total_variation)
 
 
 def _run_filter(step, block, X, rng, **kwargs):
@@ -377,11 +375,7 @@ def test_resample_move_leaves_the_exact_posterior_invariant():
     from buffet.kernels.pf_moves import move_noisy_or_particles
 
     rng = np.random.default_rng(0)
-    params = NoisyORParams(p=0.5, lam=0.8, eps=0.1)
-    X = noisy_or_x(TINY_Z, rng.random((2, 7)) < params.p, params, rng)
-    observed = np.ones(X.shape, bool)
-    observed[[0, 2], [3, 5]] = False
-    exact = exact_class_posterior(3, 7, 0.5, lambda Z: noisy_or_log_marginal(X, Z, params, observed))
+    X, observed, params, exact = masked_noisy_or_problem(rng)
     empty = dataclasses.replace(init_noisy_or_particles(8, 3, 7), n_rows=3)
     moved, last = _moved_class_frequencies(empty, lambda b, r: move_noisy_or_particles(b, X, observed, 0.5, params,
                                                                                         2, r), seed=1)
