@@ -107,6 +107,18 @@ def test_same_seed_same_topics_on_1_and_2_workers_and_other_chunkings(tmp_path, 
         np.testing.assert_allclose(held, [r["heldout_ll"] for r in runs[0][1] if "heldout_ll" in r], atol=1e-10)
 
 
+def test_an_svi_step_sends_only_its_minibatch_to_the_cluster(corpus_store, clients):
+    """The graph of a minibatch holds that minibatch's blocks and nothing of the rest of the corpus, so what
+    a step sends to the scheduler does not grow with the corpus (a selection from a whole-corpus array sent
+    every block's read task each step: 0.3 s per step at 1.8M documents)."""
+    from buffet.pipeline.reports.bnmf import make_driver
+
+    config = BNMFConfig(n_topics=4, batch_size=100, chunk_rows=50, eval_every=0)
+    driver = make_driver(config, source_of(corpus_store), Engine(clients["threads"]))
+    graph = dict(driver._minibatch(0).array.__dask_graph__())
+    assert len(graph) <= 10 * 2  # 2 blocks, a few tasks each; the corpus has 40 blocks
+
+
 def test_params_round_trip_and_bad_settings_are_refused():
     model = BayesianNMF(n_topics=7, batch_size=50)
     params = model.get_params()

@@ -58,9 +58,9 @@ class MemoryRows:
         return DenseRows(self.X[r0:r1], None if self.mask is None else self.mask[r0:r1])
 
 
-def row_ranges(n_rows: int, rows_per_block: int) -> list[tuple[int, int]]:
-    """The row blocks [r, r + rows_per_block) of ``n_rows`` rows (the last may be short)."""
-    return [(r, min(r + rows_per_block, n_rows)) for r in range(0, n_rows, rows_per_block)]
+def row_ranges(n_rows: int, rows_per_block: int, start: int = 0) -> list[tuple[int, int]]:
+    """The row blocks [r, r + rows_per_block) of rows ``start`` to ``n_rows`` (the last may be short)."""
+    return [(r, min(r + rows_per_block, n_rows)) for r in range(start, n_rows, rows_per_block)]
 
 
 def kept_rows(r0: int, r1: int, held_out: np.ndarray) -> np.ndarray:
@@ -145,7 +145,8 @@ def count_blocks(engine: Engine, source: Source, ranges: Sequence[tuple[int, int
     a ``dask.array`` of CSR chunks over the store (module docstring)."""
     n_cols = source.open().n_cols
     sizes = [len(kept_rows(r0, r1, held)) for r0, r1 in ranges]
-    args = [(source.part(r0, r1, engine.local), r0, r1, held[(held >= r0) & (held < r1)]) for r0, r1 in ranges]
+    bounds = np.searchsorted(held, np.asarray(ranges, dtype=np.int64).reshape(-1, 2))
+    args = [(source.part(r0, r1, engine.local), r0, r1, held[lo:hi]) for (r0, r1), (lo, hi) in zip(ranges, bounds)]
     array = engine.source_array(read_count_chunk, args, sizes, n_cols, _sparse_meta())
     return engine.map(csr_rows, engine.from_array(array))
 

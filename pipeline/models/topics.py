@@ -159,22 +159,13 @@ class TopicDriver:
         self.globals: dict[str, Any] = {}
         self.docs_seen = 0
         self.minibatches = row_ranges(corpus.n_rows, self.config.batch_size)
-        self.ranges = self._block_ranges()
-        self.rows = count_blocks(engine, corpus.source, self.ranges, corpus.held_out)
-        if self.config.mode == "batch":
-            engine.hold(self.rows)
+        # batch VB keeps every block on the workers; SVI reads each minibatch's blocks when it needs them
+        self.rows = engine.hold(count_blocks(engine, corpus.source, row_ranges(corpus.n_rows, self.config.chunk_rows),
+                                             corpus.held_out)) if self.config.mode == "batch" else None
         self.eval_rows = self._eval_blocks(self.config.eval_docs)
         if self.eval_rows is not None:
             engine.hold(self.eval_rows)
         self._prefetched: tuple[int, BlockSet] | None = None
-
-    def _block_ranges(self) -> list[tuple[int, int]]:
-        """The fit's row blocks: ``chunk_rows`` rows, cut inside each minibatch in SVI so a minibatch is
-        a run of whole blocks."""
-        size = self.config.chunk_rows
-        if self.config.mode == "batch":
-            return row_ranges(self.corpus.n_rows, size)
-        return [(r, min(r + size, hi)) for lo, hi in self.minibatches for r in range(lo, hi, size)]
 
     def _eval_blocks(self, count: int | None) -> BlockSet | None:
         """``count`` held-out documents drawn by the seed (all with None), in blocks of
@@ -246,11 +237,15 @@ class TopicDriver:
 
     # -- SVI --
     def _minibatch(self, step: int) -> BlockSet:
-        """The blocks of minibatch ``step`` (shuffled order per pass, from the seed)."""
+        """The blocks of minibatch ``step`` (shuffled order per pass, from the seed): its rows cut into
+        blocks of ``chunk_rows``. Built from its own row ranges, so a step's graph holds only its blocks
+        whatever the size of the corpus (a selection from a whole-corpus array sent the corpus's graph to
+        the scheduler every step)."""
         n_mb = len(self.minibatches)
         order = stream(self.config.seed, "order", step // n_mb).permutation(n_mb)
         lo, hi = self.minibatches[order[step % n_mb]]
-        return self.engine.select(self.rows, [i for i, (r0, _) in enumerate(self.ranges) if lo <= r0 < hi])
+        return count_blocks(self.engine, self.corpus.source, row_ranges(hi, self.config.chunk_rows, start=lo),
+                            self.corpus.held_out)
 
     def _svi_step(self, step: int) -> dict:
         """One SVI step; the next minibatch is read while this one is processed."""
