@@ -21,7 +21,7 @@ from buffet.data.errors import InputError
 from buffet.data.ingest_store import check_options, finish_store, provenance
 from buffet.data.store import CSRWriter, Dataset, DenseWriter, StoreWriter, check_kind
 from buffet.data.textblocks import (DEFAULT_BLOCK_BYTES, PathLike, RecordSpec, Records, TextSource, at,
-                                    parse_records, read_int_line, show)
+                                    read_int_line, record_blocks, show)
 
 FIELD_KINDS = {"pattern": "binary", "integer": "counts", "real": "real", "double": "real"}
 BANNER = "%%matrixmarket matrix FORMAT FIELD general"
@@ -57,8 +57,7 @@ def ingest_mtx(path: PathLike, out: PathLike, kind: str | None = None,
         count = EntryCount(size[2] if coordinate else n_rows * n_cols, path, size_line,
                            "entries" if coordinate else "rows x columns")
         buckets = RowBuckets(scratch, RowBuckets.bucket_rows_for(n_rows, rows_per_chunk))
-        for block in src.blocks(block_bytes):
-            rec = parse_records(block, spec, path)
+        for rec in record_blocks(src, spec, block_bytes):
             first = count.seen
             count.add(rec.lines)
             rows, cols = _positions(rec, coordinate, n_rows, n_cols, size_line, path, first)

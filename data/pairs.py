@@ -18,7 +18,7 @@ from buffet.data.entries import MAX_INDEX, RowBuckets, check_range, dense_from_c
 from buffet.data.errors import InputError
 from buffet.data.ingest_store import check_options, finish_store, provenance
 from buffet.data.store import Dataset, DenseWriter, StoreWriter
-from buffet.data.textblocks import DEFAULT_BLOCK_BYTES, PathLike, RecordSpec, TextSource, at, parse_records
+from buffet.data.textblocks import DEFAULT_BLOCK_BYTES, PathLike, RecordSpec, TextSource, at, record_blocks
 
 PAIR_RECORD = RecordSpec(("user", "permission"), ())
 
@@ -41,8 +41,7 @@ def ingest_pairs(path: PathLike, out: PathLike, transpose: bool = False,
             tempfile.TemporaryFile(dir=w.scratch_dir) as scratch:
         buckets = RowBuckets(scratch, rows_per_chunk)
         shape, pairs = np.zeros(2, dtype=np.int64), 0
-        for block in src.blocks(block_bytes):
-            rec = parse_records(block, PAIR_RECORD, path)
+        for rec in record_blocks(src, PAIR_RECORD, block_bytes):
             for k, name in enumerate(PAIR_RECORD.id_names):
                 check_range(rec.ids[:, k], 1, MAX_INDEX, rec.lines, path, f"{name} id", " (ids are 1-based)")
             ids = rec.ids[:, [row_axis, 1 - row_axis]] - 1

@@ -9,11 +9,15 @@ and line. The line-by-line parser is the single source of messages about malform
 
 from __future__ import annotations
 
+import collections
 import gzip
 import logging
 import os
+import signal
+import sys
 import time
 import zlib
+from concurrent.futures import Future, ProcessPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO, Callable, Iterator
@@ -26,6 +30,8 @@ log = logging.getLogger("buffet.ingest")
 
 PathLike = str | os.PathLike
 DEFAULT_BLOCK_BYTES = 1 << 24
+PARSE_AHEAD = 2  # blocks the parsing process may run ahead of the caller (bounds the memory they hold)
+BACKGROUND_MIN_BYTES = 1 << 26  # files at least this large (and 4 blocks) are parsed in a second process
 PROGRESS_SECONDS = 5.0
 _WHITESPACE = b" \t\r\n\x0b\x0c"
 _IS_SPACE = np.zeros(256, dtype=bool)
@@ -208,6 +214,48 @@ class Records:
         return len(self.lines)
 
 
+def record_blocks(src: TextSource, spec: RecordSpec, block_bytes: int = DEFAULT_BLOCK_BYTES,
+                  in_background: bool | None = None) -> Iterator[Records]:
+    """The parsed records of every remaining block of ``src``, in file order (``parse_records``).
+
+    ``in_background`` (default: for a file of at least 4 blocks and ``BACKGROUND_MIN_BYTES``, on Linux with two
+    or more cores) parses in a
+    second process, up to ``PARSE_AHEAD`` blocks ahead, while the caller checks and writes the blocks before:
+    ingest then runs on two cores with the same records and the same errors. The process is forked, not
+    spawned, so a user's script is never imported again (a spawned process would run an unguarded script's
+    top level); it runs only the parser."""
+    if in_background is None:
+        in_background = sys.platform == "linux" and (os.cpu_count() or 1) > 1 \
+            and _file_bytes(src.path) >= max(4 * block_bytes, BACKGROUND_MIN_BYTES)
+    if not in_background:
+        yield from (parse_records(block, spec, src.path) for block in src.blocks(block_bytes))
+        return
+    from multiprocessing import get_context
+
+    with ProcessPoolExecutor(1, mp_context=get_context("fork"), initializer=_ignore_interrupts) as pool:
+        pending: collections.deque[Future] = collections.deque()
+        try:
+            for block in src.blocks(block_bytes):
+                pending.append(pool.submit(parse_records, block, spec, src.path))
+                if len(pending) > PARSE_AHEAD:
+                    yield pending.popleft().result()
+            while pending:
+                yield pending.popleft().result()
+        finally:
+            for future in pending:
+                future.cancel()
+
+
+def _file_bytes(path: Path) -> int:
+    """The size of a file on disk (compressed size for gzip)."""
+    return path.stat().st_size
+
+
+def _ignore_interrupts() -> None:
+    """The parsing process leaves Ctrl-C to the command, which stops it and reports in one line."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
 def parse_records(block: Block, spec: RecordSpec, path: PathLike) -> Records:
     """Parse a block of record lines; blank lines are skipped. Raises ``InputError`` naming the line."""
     fast = _parse_records_fast(block, spec)
@@ -251,6 +299,9 @@ def _lines_with_tokens(data: bytes, width: int) -> np.ndarray | None:
     """Offsets of the lines holding ``width`` whitespace-separated tokens, or None if some
     non-blank line holds another number of tokens."""
     b = np.frombuffer(data, dtype=np.uint8)
+    single = _single_spaced_lines(b, width)
+    if single is not None:
+        return single
     starts, newlines = _token_starts(b), np.flatnonzero(b == 10)
     n = newlines.size
     if starts.size == width * n and (starts[width - 1::width] < newlines).all() \
@@ -260,6 +311,19 @@ def _lines_with_tokens(data: bytes, width: int) -> np.ndarray | None:
     if ((per_line != 0) & (per_line != width)).any():
         return None
     return np.flatnonzero(per_line == width).astype(np.int64)
+
+
+def _single_spaced_lines(b: np.ndarray, width: int) -> np.ndarray | None:
+    """Offsets of all lines when each holds ``width`` tokens parted by single spaces and nothing else (no
+    blank lines, no other whitespace: the form most tools write), else None. Checked from the separator
+    bytes alone, at about half the cost of locating every token (``_token_starts``)."""
+    where = np.flatnonzero(b <= 32)  # whitespace, and control bytes, which then fail the pattern below
+    if where.size == 0 or where.size % width or where[0] == 0 or (np.diff(where) == 1).any():
+        return None
+    separators = b[where].reshape(-1, width)
+    if not ((separators[:, -1] == 10).all() and (separators[:, :-1] == 32).all()):
+        return None
+    return np.arange(separators.shape[0], dtype=np.int64)
 
 
 def tokens_per_line(data: bytes) -> np.ndarray:

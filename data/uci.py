@@ -16,7 +16,7 @@ from buffet.data.errors import InputError
 from buffet.data.ingest_store import check_options, finish_store, provenance
 from buffet.data.store import CSRWriter, Dataset, StoreWriter, write_strings
 from buffet.data.textblocks import (DEFAULT_BLOCK_BYTES, PathLike, RecordSpec, Records, TextSource, at,
-                                    parse_records, read_int_line, read_words)
+                                    read_int_line, read_words, record_blocks)
 
 UCI_RECORD = RecordSpec(("docID", "wordID"), ("count",))
 SORT_HINT = ("UCI files must be sorted by docID; sort one with "
@@ -48,8 +48,7 @@ def ingest_uci(docword_path: PathLike, vocab_path: PathLike | None, out: PathLik
                               docword_path, lambda r, c: f"entry for docID {r + 1}, wordID {c + 1}")
         count = EntryCount(nnz, docword_path, header_lines[2], "NNZ")
         last_doc = (1, header_lines[2])
-        for block in src.blocks(block_bytes):
-            rec = parse_records(block, UCI_RECORD, docword_path)
+        for rec in record_blocks(src, UCI_RECORD, block_bytes):
             count.add(rec.lines)
             _check_entries(rec, n_docs, n_words, header_lines, docword_path)
             last_doc = _check_doc_order(rec, last_doc, docword_path)

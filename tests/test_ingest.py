@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import gzip
+import os
 from pathlib import Path
 
 import numpy as np
@@ -89,6 +90,23 @@ def test_uci_streaming_blocks_much_smaller_than_file(tmp_path: Path) -> None:
         np.testing.assert_array_equal(ds.group[name][:], whole.group[name][:])
 
 
+def test_uci_parsed_in_a_second_process_gives_the_same_store(tmp_path: Path, monkeypatch) -> None:
+    """Blocks parsed in a second process (the default for large files, ``textblocks.record_blocks``) make the
+    same arrays, in file order, as blocks parsed in this one."""
+    from buffet.data import textblocks
+
+    X = random_counts(300, 50, 0.15, seed=5)
+    (tmp_path / "docword.txt").write_text(uci_text(X))
+    here = ingest_uci(tmp_path / "docword.txt", None, tmp_path / "here", rows_per_chunk=16, block_bytes=200)
+    monkeypatch.setattr(textblocks, "BACKGROUND_MIN_BYTES", 0)
+    parser_pid = tmp_path / "parser.pid"
+    monkeypatch.setattr(textblocks, "_ignore_interrupts", lambda: parser_pid.write_text(str(os.getpid())))
+    there = ingest_uci(tmp_path / "docword.txt", None, tmp_path / "there", rows_per_chunk=16, block_bytes=200)
+    for name in ("indptr", "indices", "data", "chunk_offsets"):
+        np.testing.assert_array_equal(there.group[name][:], here.group[name][:])
+    assert int(parser_pid.read_text()) != os.getpid()  # the parser ran, in another process
+
+
 def test_a_count_store_records_its_total_while_it_is_written(tmp_path: Path) -> None:
     """The total number of tokens (what a topic model's fit needs first) is counted during the ingest, so a
     fit never reads the whole store for it; a store written without it is summed as before."""
@@ -115,6 +133,8 @@ def test_uci_accepts_unsorted_words_blank_lines_and_crlf(tmp_path: Path) -> None
 
 @pytest.mark.parametrize("data, values, lines, fast_applies", [
     (b"1 2 3\n4 5 6\n", [3.0, 6.0], [10, 11], True),
+    (b"1 2 3\n4 5  6\n", [3.0, 6.0], [10, 11], True),             # two spaces: not single-spaced, still fast
+    (b"1 2 3\n4 5 6 \n", [3.0, 6.0], [10, 11], True),             # trailing space
     (b"1 2 3\n\n 4\t5 6 \r\n", [3.0, 6.0], [10, 12], True),       # blank line, tab, CRLF
     (b"1 2 3.5\n4 5 -6e1\n", [3.5, -60.0], [10, 11], True),
     (b"1,2,3\n4,5,6\r\n", [3.0, 6.0], [10, 11], True),
@@ -134,7 +154,8 @@ def test_fast_and_line_by_line_parsers_give_the_records(data: bytes, values: lis
         assert (records.ids.dtype, records.values.dtype, records.lines.dtype) == (np.int64, np.float64, np.int64)
 
 
-@pytest.mark.parametrize("data", [b"1,2,3\n1,,2 3\n", b"1,2,3\n1,2,3,\n", b"1 2 3\n1 2\n3\n", b"1 2 x\n"])
+@pytest.mark.parametrize("data", [b"1,2,3\n1,,2 3\n", b"1,2,3\n1,2,3,\n", b"1 2 3\n1 2\n3\n", b"1 2 x\n",
+                                  b"1 2 3\n4 5 6 7\n8 9\n"])  # 9 tokens on 3 lines, not 3 on each
 def test_fast_parser_leaves_malformed_blocks_to_the_line_parser(data: bytes) -> None:
     spec = RecordSpec(("a", "b"), ("v",), b"," if b"," in data else None)
     assert _parse_records_fast(Block(data, 1), spec) is None

@@ -177,6 +177,18 @@ def test_bad_input_is_rejected_without_a_store(tmp_path: Path, case: str) -> Non
     assert not out.exists()
 
 
+@pytest.mark.parametrize("case", [c for c in CASES if c.startswith("uci-") and "vocab" not in c and "header" not in c])
+def test_bad_uci_input_gives_the_same_error_when_parsed_in_a_second_process(tmp_path: Path, monkeypatch,
+                                                                            case: str) -> None:
+    """A large file's blocks are parsed in a second process (``textblocks.record_blocks``); an error found
+    there names the same file and line."""
+    from buffet.data import textblocks
+
+    monkeypatch.setattr(textblocks, "BACKGROUND_MIN_BYTES", 0)
+    fmt, files, options, fragments = CASES[case]
+    assert_rejected(fmt, write_sources(tmp_path, files), tmp_path / "store", {"block_bytes": 4, **options}, fragments)
+
+
 @pytest.mark.parametrize("case", ["uci-unsorted-docids", "ldac-n-differs-from-pairs", "mtx-nan", "ratings-duplicate",
                                   "dense-ragged-row", "pairs-duplicate", "uci-vocab-too-short"])
 def test_failed_overwrite_keeps_the_existing_store(tmp_path: Path, case: str) -> None:
