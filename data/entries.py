@@ -113,10 +113,18 @@ class CSRRowStream:
         """Entries (0-based rows and columns) in row order, with their line numbers."""
         if rows.size == 0:
             return
-        parts = [np.concatenate((h, a)) for h, a in zip(self.held, (rows, cols, values, lines))]
-        cut = int(np.searchsorted(parts[0], parts[0][-1]))
-        self._write([p[:cut] for p in parts], int(parts[0][-1]))
-        self.held = tuple(p[cut:] for p in parts)
+        block = (rows, cols, values, lines)
+        last = int(rows[-1])
+        if self.held[0].size and int(self.held[0][0]) == last:  # the held row goes on to the end of the block
+            self.held = tuple(np.concatenate((h, a)) for h, a in zip(self.held, block))
+            return
+        if self.held[0].size:  # the held row, with its entries at the start of the block, is complete
+            joined = int(np.searchsorted(rows, self.held[0][0], side="right"))
+            self._write([np.concatenate((h, a[:joined])) for h, a in zip(self.held, block)], int(self.held[0][0]) + 1)
+            block = tuple(a[joined:] for a in block)
+        cut = int(np.searchsorted(block[0], last))  # the block's last row is held back: the next may go on with it
+        self._write([a[:cut] for a in block], last)
+        self.held = tuple(a[cut:] for a in block)
 
     def finish(self, n_rows: int) -> tuple[int, int]:
         """Write the held row and empty rows up to ``n_rows``; return the matrix shape."""

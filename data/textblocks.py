@@ -9,7 +9,6 @@ and line. The line-by-line parser is the single source of messages about malform
 
 from __future__ import annotations
 
-import collections
 import gzip
 import logging
 import os
@@ -17,7 +16,6 @@ import signal
 import sys
 import time
 import zlib
-from concurrent.futures import Future, ProcessPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO, Callable, Iterator
@@ -219,31 +217,17 @@ def record_blocks(src: TextSource, spec: RecordSpec, block_bytes: int = DEFAULT_
     """The parsed records of every remaining block of ``src``, in file order (``parse_records``).
 
     ``in_background`` (default: for a file of at least 4 blocks and ``BACKGROUND_MIN_BYTES``, on Linux with two
-    or more cores) parses in a
-    second process, up to ``PARSE_AHEAD`` blocks ahead, while the caller checks and writes the blocks before:
-    ingest then runs on two cores with the same records and the same errors. The process is forked, not
-    spawned, so a user's script is never imported again (a spawned process would run an unguarded script's
-    top level); it runs only the parser."""
+    or more cores) reads and parses in a second process (``_read_and_parse``), up to ``PARSE_AHEAD`` blocks
+    ahead, while the caller checks and writes the blocks before: ingest then runs on two cores, with the same
+    records, the same errors and the same ``src.line`` at the end. The text never crosses between the
+    processes, only the records, packed (``pack_records``)."""
     if in_background is None:
         in_background = sys.platform == "linux" and (os.cpu_count() or 1) > 1 \
             and _file_bytes(src.path) >= max(4 * block_bytes, BACKGROUND_MIN_BYTES)
-    if not in_background:
+    if in_background:
+        yield from _records_from_reader(src, spec, block_bytes)
+    else:
         yield from (parse_records(block, spec, src.path) for block in src.blocks(block_bytes))
-        return
-    from multiprocessing import get_context
-
-    with ProcessPoolExecutor(1, mp_context=get_context("fork"), initializer=_ignore_interrupts) as pool:
-        pending: collections.deque[Future] = collections.deque()
-        try:
-            for block in src.blocks(block_bytes):
-                pending.append(pool.submit(parse_records, block, spec, src.path))
-                if len(pending) > PARSE_AHEAD:
-                    yield pending.popleft().result()
-            while pending:
-                yield pending.popleft().result()
-        finally:
-            for future in pending:
-                future.cancel()
 
 
 def _file_bytes(path: Path) -> int:
@@ -251,9 +235,79 @@ def _file_bytes(path: Path) -> int:
     return path.stat().st_size
 
 
-def _ignore_interrupts() -> None:
-    """The parsing process leaves Ctrl-C to the command, which stops it and reports in one line."""
+def _records_from_reader(src: TextSource, spec: RecordSpec, block_bytes: int) -> Iterator[Records]:
+    """Records from a reading process forked with ``src`` at its current line (module docstring of
+    ``record_blocks``). Forked, not spawned, so a user's script is never imported again; it runs only
+    ``_read_and_parse``. It is stopped when the caller stops early (an error, Ctrl-C)."""
+    from multiprocessing import get_context
+
+    context = get_context("fork")
+    queue = context.Queue(PARSE_AHEAD)
+    reader = context.Process(target=_read_and_parse, args=(src, spec, block_bytes, queue), daemon=True)
+    reader.start()
+    try:
+        while True:
+            kind, payload = _next_message(queue, reader)
+            if kind == "records":
+                yield unpack_records(payload)
+            elif kind == "error":
+                raise payload
+            else:
+                src.line = payload
+                return
+    finally:
+        if reader.is_alive():
+            reader.terminate()
+        reader.join()
+
+
+def _next_message(queue: object, reader: object) -> tuple[str, object]:
+    """The reader's next message; an error if it died without one (killed, out of memory)."""
+    import queue as queues
+
+    while True:
+        try:
+            return queue.get(timeout=1.0)
+        except queues.Empty:
+            if not reader.is_alive():
+                raise InputError(f"the process reading the input stopped unexpectedly (exit code {reader.exitcode})") \
+                    from None
+
+
+def _read_and_parse(src: TextSource, spec: RecordSpec, block_bytes: int, queue: object) -> None:
+    """The reading process: every remaining block of ``src`` parsed and sent packed, then ("end", lines read);
+    an ``InputError`` is sent as ("error", it). Ctrl-C is left to the command, which stops this process."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        for block in src.blocks(block_bytes):
+            queue.put(("records", pack_records(parse_records(block, spec, src.path))))
+        queue.put(("end", src.line))
+    except InputError as exc:
+        queue.put(("error", exc))
+    queue.close()
+    queue.join_thread()
+
+
+def pack_records(records: Records) -> tuple:
+    """``records`` in fewer bytes for the way between processes: ids as int32 and values as float32 when
+    that is exact, and consecutive line numbers as the first one only (``unpack_records`` undoes it)."""
+    ids, values, lines = records.ids, records.values, records.lines
+    if ids.size and np.abs(ids).max() < 2 ** 31:
+        ids = ids.astype(np.int32)
+    single = values.astype(np.float32)
+    if np.array_equal(single, values):  # NaN never compares equal, so a NaN keeps float64
+        values = single
+    if lines.size and lines[-1] - lines[0] == lines.size - 1:
+        lines = (int(lines[0]), lines.size)
+    return ids, values, lines
+
+
+def unpack_records(packed: tuple) -> Records:
+    """The ``Records`` that ``pack_records`` packed."""
+    ids, values, lines = packed
+    if isinstance(lines, tuple):
+        lines = np.arange(lines[0], lines[0] + lines[1], dtype=np.int64)
+    return Records(ids.astype(np.int64), values.astype(np.float64), lines)
 
 
 def parse_records(block: Block, spec: RecordSpec, path: PathLike) -> Records:

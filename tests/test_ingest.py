@@ -21,7 +21,8 @@ from buffet.data.mtx import ingest_mtx
 from buffet.data.pairs import ingest_pairs
 from buffet.data.ratings import ingest_dense_ratings, ingest_ratings
 from buffet.data.store import Dataset
-from buffet.data.textblocks import Block, RecordSpec, _parse_records_fast, _parse_records_slowly
+from buffet.data.textblocks import (Block, Records, RecordSpec, _parse_records_fast, _parse_records_slowly,
+                                    pack_records, unpack_records)
 from buffet.data.uci import ingest_uci
 
 def random_counts(n_rows: int, n_cols: int, density: float, seed: int) -> sp.csr_matrix:
@@ -91,20 +92,36 @@ def test_uci_streaming_blocks_much_smaller_than_file(tmp_path: Path) -> None:
 
 
 def test_uci_parsed_in_a_second_process_gives_the_same_store(tmp_path: Path, monkeypatch) -> None:
-    """Blocks parsed in a second process (the default for large files, ``textblocks.record_blocks``) make the
-    same arrays, in file order, as blocks parsed in this one."""
+    """Blocks read and parsed in a second process (the default for large files, ``textblocks.record_blocks``)
+    make the same arrays, in file order, as blocks parsed in this one, and the same line count."""
     from buffet.data import textblocks
 
     X = random_counts(300, 50, 0.15, seed=5)
     (tmp_path / "docword.txt").write_text(uci_text(X))
     here = ingest_uci(tmp_path / "docword.txt", None, tmp_path / "here", rows_per_chunk=16, block_bytes=200)
     monkeypatch.setattr(textblocks, "BACKGROUND_MIN_BYTES", 0)
-    parser_pid = tmp_path / "parser.pid"
-    monkeypatch.setattr(textblocks, "_ignore_interrupts", lambda: parser_pid.write_text(str(os.getpid())))
+    parser_pid, pack = tmp_path / "parser.pid", textblocks.pack_records
+    monkeypatch.setattr(textblocks, "pack_records", lambda r: parser_pid.write_text(str(os.getpid())) and pack(r))
     there = ingest_uci(tmp_path / "docword.txt", None, tmp_path / "there", rows_per_chunk=16, block_bytes=200)
     for name in ("indptr", "indices", "data", "chunk_offsets"):
         np.testing.assert_array_equal(there.group[name][:], here.group[name][:])
+    assert there.attrs["provenance"]["lines"] == here.attrs["provenance"]["lines"]
     assert int(parser_pid.read_text()) != os.getpid()  # the parser ran, in another process
+
+
+@pytest.mark.parametrize("ids, values, lines", [
+    ([[1, 2], [3, 2 ** 40]], [[1.0], [0.1]], [4, 5]),         # int64 ids, a value float32 cannot hold
+    ([[1, 2], [3, 4]], [[2.0], [np.nan]], [4, 9]),            # NaN, lines with a gap
+    ([[1, 2], [3, 4]], [[2.0], [np.inf]], [7, 8]),
+    (np.zeros((0, 2)), np.zeros((0, 1)), []),
+])
+def test_records_packed_for_the_reading_process_come_back_the_same(ids, values, lines) -> None:
+    records = Records(np.asarray(ids, dtype=np.int64), np.asarray(values, dtype=np.float64),
+                      np.asarray(lines, dtype=np.int64))
+    back = unpack_records(pack_records(records))
+    for field in ("ids", "values", "lines"):
+        np.testing.assert_array_equal(getattr(back, field), getattr(records, field))
+        assert getattr(back, field).dtype == getattr(records, field).dtype
 
 
 def test_a_count_store_records_its_total_while_it_is_written(tmp_path: Path) -> None:
