@@ -34,7 +34,9 @@ def main() -> None:
     p.add_argument("--batch-size", type=int, default=1000)
     p.add_argument("--workers", type=int, default=2)
     p.add_argument("--chunk-rows", type=int, default=500)
-    p.add_argument("--eval-every", type=int, default=100)
+    p.add_argument("--eval-every", type=int, default=10 ** 9,
+                   help="score held-out documents every this many steps; the default scores once, after the last "
+                        "step (the pass's time then counts one scoring of 1000 documents)")
     p.add_argument("--holdout", type=float, default=0.005)
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--docword", default=None, help="use this existing docword file instead of generating one")

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 import platform
+import resource
 import subprocess
 import threading
 import time
@@ -165,7 +166,9 @@ def record(path: str | None, result: dict) -> None:
 
 
 def run_measured(cmd: list[str], interval: float = 0.1) -> dict:
-    """Run ``cmd``; return wall seconds and the peak summed RSS of its process tree."""
+    """Run ``cmd``; return wall seconds, CPU seconds and the peak summed RSS of its process tree (the CPU of
+    every process of the tree that was waited for, e.g. ingest's reading process)."""
+    cpu0 = _children_cpu()
     t0 = time.perf_counter()
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     root = psutil.Process(proc.pid)
@@ -186,7 +189,14 @@ def run_measured(cmd: list[str], interval: float = 0.1) -> dict:
     seconds = time.perf_counter() - t0
     if proc.returncode != 0:
         raise SystemExit(f"{' '.join(cmd)} failed ({proc.returncode}):\n{out[-3000:]}")
-    return {"seconds": seconds, "peak_rss_mb": peak / 2**20, "command": " ".join(cmd), "output_tail": out[-400:]}
+    return {"seconds": seconds, "cpu_seconds": _children_cpu() - cpu0, "peak_rss_mb": peak / 2**20,
+            "command": " ".join(cmd), "output_tail": out[-400:]}
+
+
+def _children_cpu() -> float:
+    """User and system CPU seconds of this process's finished children (and theirs)."""
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
 
 
 def timed_svi_pass(make_driver, config, store: str, workers: int, worker_kind: str) -> tuple[object, list[dict], dict]:
