@@ -12,6 +12,7 @@ import contextlib
 import dataclasses
 import json
 import logging
+import os
 import sys
 import typing
 from pathlib import Path
@@ -416,5 +417,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     return 0
 
 
+def run() -> None:
+    """The ``buffet`` command: ``main``, then the process ends at once with its status. Everything the
+    command writes is complete by then, so the interpreter's own teardown (freeing a thousand modules'
+    objects: 0.3-1 s after a fit, measured) is skipped; output and logs are flushed first."""
+    status = main()
+    logging.shutdown()
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(OSError):  # a reader that went away (``buffet ... | head``) is not an error
+            stream.flush()
+    os._exit(status)
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    run()
