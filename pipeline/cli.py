@@ -29,7 +29,8 @@ from buffet.pipeline.engine.codec import from_arrays
 from buffet.pipeline.engine.dataset import source_of
 from buffet.pipeline.engine.engine import Engine
 from buffet.pipeline.engine.messages import console, explain
-from buffet.pipeline.engine.runs import config_from, fit_run, models, resume_run, run_source, spec_for
+from buffet.pipeline.engine.runs import (config_from, fit_run, models, registered_alone, resume_run, run_source,
+                                         spec_for)
 from buffet.pipeline.engine.runstore import RunStore, encode_arrays
 from buffet.pipeline.engine.settings import option_help
 from buffet.pipeline.reports.outputs import evaluate_run, export_run, report_run
@@ -124,13 +125,14 @@ def _ingest_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--overwrite", action="store_true", help="replace an existing store at --out")
 
 
-def _fit_parser(sub: argparse._SubParsersAction) -> None:
+def _fit_parser(sub: argparse._SubParsersAction, model: str | None = None) -> None:
+    """``buffet fit MODEL``: a subcommand per model, or for ``model`` alone (``build_parser``)."""
     p = sub.add_parser("fit", help="fit a model to a dataset store",
                        description="Fit a model to a dataset store into a new run folder, with checkpoints. "
                                    "`buffet fit MODEL --help` lists the model's options.")
     model_parsers = p.add_subparsers(dest="model", required=True, metavar="MODEL",
                                      help="the model to fit, one of:")
-    for name, spec in sorted(models().items()):
+    for name, spec in sorted((models() if model is None else {model: spec_for(model)}).items()):
         m = model_parsers.add_parser(name, help=spec.summary, description=spec.summary[:1].upper() + spec.summary[1:])
         m.add_argument("store", help="dataset store to fit, made by `buffet ingest` (a folder or a URL)")
         m.add_argument("--out", required=True, metavar="RUN",
@@ -208,7 +210,7 @@ def _job_parsers(sub: argparse._SubParsersAction) -> None:
                    help="also write a vocabulary file (word0, word1, ...) here, for `buffet ingest uci`")
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(fit_model: str | None = None) -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="buffet", description="Bayesian matrix factorization on Dask")
     parser.add_argument("--debug", action="store_true",
                         help="show the Python traceback of a failure instead of its one-line explanation "
@@ -229,7 +231,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--verify", action="store_true",
                    help="also read every chunk of every array and check it against the store's chunk records "
                         "(e.g. after copying or uploading a store); a missing or damaged chunk is an error")
-    _fit_parser(sub)
+    _fit_parser(sub, fit_model)
     _run_parsers(sub)
     _job_parsers(sub)
     return parser
@@ -384,12 +386,21 @@ def pop_option(argv: list[str], name: str) -> tuple[str | None, list[str]]:
     return None, argv
 
 
+def _fit_model(argv: list[str]) -> str | None:
+    """The model of a ``buffet fit MODEL ...`` command line whose model registers alone
+    (``runs.registered_alone``), so that the parser, and the process, need only that model's module; None
+    for any other command line (``buffet fit --help`` lists every model)."""
+    if len(argv) > 1 and argv[0] == "fit" and registered_alone(argv[1]):
+        return argv[1]
+    return None
+
+
 def parse_args(argv: list[str]) -> tuple[argparse.Namespace, str | None]:
     """The parsed command line (without --debug, which ``main`` reads) and its --storage-options JSON (or
     None); the global options --storage-options and --dashboard-address may be given anywhere."""
     options, argv = pop_option([a for a in argv if a != "--debug"], "--storage-options")
     dashboard, argv = pop_option(argv, "--dashboard-address")
-    args = build_parser().parse_args(argv)
+    args = build_parser(_fit_model(argv)).parse_args(argv)
     if dashboard is not None:
         args.dashboard_address = dashboard
     return args, options

@@ -94,3 +94,19 @@ def test_option_keeps_the_default_and_records_the_help():
     (action,) = [a for a in parser._actions if a.dest == "cfg_documented"]
     assert Throwaway().documented == 3
     assert action.help == "A setting with a sentence of help text. (default: 3)"
+
+
+def test_fitting_one_model_imports_only_that_models_module() -> None:
+    """`buffet fit bnmf ...` parses with bnmf's options alone, so its start-up imports no other model (their
+    kernels and drivers cost ~0.1 s); `buffet fit --help` still lists every model."""
+    import subprocess
+    import sys
+
+    code = ("import sys; from buffet.pipeline.cli import parse_args; "
+            "args, _ = parse_args(['fit', 'bnmf', 'store.zarr', '--out', 'run', '--k', '7']); "
+            "print(args.model, args.cfg_n_topics, sorted(m for m in sys.modules if m.startswith('buffet.kernels.')))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split(maxsplit=2)
+    assert out[:2] == ["bnmf", "7"]
+    assert out[2].strip() == "['buffet.kernels.bnmf', 'buffet.kernels.metrics']"
+    assert {path.split()[-1] for path, _ in parsers(cli.build_parser()) if path.startswith("buffet fit ")} == \
+        set(models())
