@@ -33,14 +33,17 @@ the same draw of A (an exact data-augmentation step; SPEC 1 masks).
 from __future__ import annotations
 
 import math
+import operator
 from dataclasses import dataclass, replace
+from itertools import compress
 from typing import Iterable
 
 import numpy as np
 from scipy.linalg import cho_factor, cho_solve
 from scipy.special import gammaln
 
-from .ibp_prior import ibp_log_prob, new_feature_log_prior, sample_alpha, sample_categorical_log
+from .ibp_prior import (categorical_index, categorical_weights, ibp_log_prob, new_feature_log_prior,
+                        sample_alpha, sample_categorical_log)
 
 
 @dataclass(frozen=True)
@@ -109,11 +112,13 @@ class _Sweep:
 
     X: np.ndarray
     Z: np.ndarray          # (N, Kc) float64 with spare zero columns
-    m: np.ndarray          # (Kc,) column counts
+    m: list[float]         # (Kc,) column counts
     SM: np.ndarray         # (Kc, Kc + D): [W^{-1} | W^{-1} Z^T X]
     var_x: float
     var_a: float
     log_prior_new: list[float]
+    new_var: list[float]   # j sigma_A^2 for K_new = j = 0..max_new
+    log_odds_off: dict[float, float]   # -log(m / (N - m)) for m = 1..N-1: prior log odds of z_ik = 0
     rng: np.random.Generator
 
 
@@ -124,102 +129,122 @@ def _rank_one(SM: np.ndarray, z: np.ndarray, x: np.ndarray, sign: float) -> tupl
     before the update.
     """
     k = z.size
-    v = z @ SM
+    v = z.dot(SM)
     v[k:] -= x
-    c = 1.0 + sign * (v[:k] @ z)
-    SM -= (v[:k] * (sign / c))[:, None] * v
+    head = v[:k]
+    c = 1.0 + sign * float(head.dot(z))
+    SM -= np.multiply.outer(head * (sign / c), v)
     return SM, v, c
 
 
-def _sample_existing(z: np.ndarray, m_minus: np.ndarray, P: np.ndarray, Mi: np.ndarray, Pz: np.ndarray,
-                     r: np.ndarray, q: float, sw: _Sweep) -> tuple[float, float]:
-    """Gibbs on z_ik for the features in use, in place (module docstring).
+def _visit_order(zl: list[float], ml: list[float]) -> list[int]:
+    """The features ``_sample_existing`` visits, in order: those of other rows (m_{-i,k} > 0), then
+    row i's singletons (z_ik = 1, m_{-i,k} = 0)."""
+    kc = range(len(ml))
+    return list(compress(kc, ml)) + list(compress(kc, map(operator.gt, zl, ml)))
+
+
+def _sample_existing(z: np.ndarray, zl: list[float], ml: list[float], used: list[int], u: list[float],
+                     pz: list[float], r: np.ndarray, q: float, sw: _Sweep) -> tuple[float, float]:
+    """Gibbs on z_ik for the features ``used`` (``_visit_order``), in place (module docstring).
 
     With the predictive residual r = x_i - z_i M_{-i}, R = |r|^2 and q = z_i P z_i^T,
     log p(X | Z) = -D/2 log(1 + q) - R / (2 sigma_X^2 (1 + q)) + const; the prior odds are
     m_{-i,k} / (N - m_{-i,k}). Row i's singletons (m_{-i,k} = 0) stay in the likelihood while the
     other features are updated (a Gibbs step on those given the singletons) and are then switched
-    off, to be replaced in ``_sample_new``. Pz = P z_i^T is updated in place; returns the final (q, R).
+    off, to be replaced in ``_sample_new``. zl and ml are z and m_{-i} as lists, u one uniform per
+    feature of ``used``, pz = P z_i^T (P and M_{-i} are ``sw.SM``, row i removed). z, zl and r are
+    updated in place; returns the final (q, R).
     """
-    n, d = sw.X.shape
-    half_d, two_var = 0.5 * d, 2.0 * sw.var_x
-    R = float(r @ r)
-    rM = (Mi @ r).tolist()
+    half_d, two_var = 0.5 * sw.X.shape[1], 2.0 * sw.var_x
+    log_odds_off = sw.log_odds_off
+    kc = len(zl)
+    Mi = sw.SM[:, kc:]
+    R = float(r.dot(r))
+    rM = Mi.dot(r).tolist()
     norms = np.einsum("kd,kd->k", Mi, Mi).tolist()
-    diag = P.diagonal().tolist()
-    zl, ml = z.tolist(), m_minus.tolist()
-    # Features of other rows first, with row i's singletons still in the likelihood; then the
-    # singletons are switched off (the block they form is redrawn by ``_sample_new``).
-    used = [k for k, mk in enumerate(ml) if mk] + [k for k, (mk, zk) in enumerate(zip(ml, zl)) if zk and not mk]
-    for k, u in zip(used, sw.rng.random(len(used)).tolist()):
+    diag = sw.SM.diagonal().tolist()
+    for k, uk in zip(used, u):
         zk, pkk, nk = zl[k], diag[k], norms[k]
-        pk = float(Pz[k]) - zk * pkk
+        pk = pz[k] - zk * pkk
         rk = rM[k] + zk * nk                    # (M_{-i} r)_k with z_ik = 0
         q0, R0 = q - zk * (2.0 * pk + pkk), R + zk * (2.0 * rM[k] + nk)
         q1, R1 = q0 + 2.0 * pk + pkk, R0 - 2.0 * rk + nk
         mk = ml[k]
-        on = mk > 0 and u * (1.0 + math.exp(min(700.0, -math.log(mk / (n - mk))
-                                                + half_d * (math.log1p(q1) - math.log1p(q0))
-                                                + (R1 / (1.0 + q1) - R0 / (1.0 + q0)) / two_var))) < 1.0
+        on = mk > 0 and uk * (1.0 + math.exp(min(700.0, log_odds_off[mk]
+                                                 + half_d * (math.log1p(q1) - math.log1p(q0))
+                                                 + (R1 / (1.0 + q1) - R0 / (1.0 + q0)) / two_var))) < 1.0
         if on != zk:
             delta = 1.0 if on else -1.0
             z[k] = zl[k] = float(on)
-            Pz += delta * P[:, k]
+            pz = [p + delta * pk for p, pk in zip(pz, sw.SM[:, k].tolist())]
             r -= delta * Mi[k]
-            rM = (Mi @ r).tolist()
+            rM = Mi.dot(r).tolist()
         q, R = (q1, R1) if on else (q0, R0)
     return q, R
 
 
-def _sample_new(q: float, sq_resid: float, sw: _Sweep) -> int:
+def _sample_new(q: float, sq_resid: float, u: float, sw: _Sweep) -> int:
     """K_new from the truncated Poisson(alpha/N) x N(x_i; z_i M_{-i}, (sigma_X^2 (1+q) + K_new sigma_A^2) I)
-    posterior (SPEC 3.4); q and sq_resid are those of z_i without its singletons."""
+    posterior (SPEC 3.4), by inverting the uniform u; q and sq_resid are those of z_i without its singletons."""
     d = sw.X.shape[1]
-    var = [sw.var_x * (1.0 + q) + j * sw.var_a for j in range(len(sw.log_prior_new))]
-    return sample_categorical_log([lp - 0.5 * (d * math.log(v) + sq_resid / v)
-                                   for lp, v in zip(sw.log_prior_new, var)], sw.rng)
+    base = sw.var_x * (1.0 + q)
+    var = [base + extra for extra in sw.new_var]
+    _, weights, total = categorical_weights([lp - 0.5 * (d * math.log(v) + sq_resid / v)
+                                             for lp, v in zip(sw.log_prior_new, var)])
+    return categorical_index(weights, total, u)
 
 
 def _grow(sw: _Sweep, extra: int) -> None:
     """Add ``extra`` zero columns to Z (prior block sigma_A^2/sigma_X^2 I in W^{-1}, zero rows in M)."""
-    k, d = sw.m.size, sw.X.shape[1]
+    k, d = len(sw.m), sw.X.shape[1]
     SM = np.zeros((k + extra, k + extra + d))
     SM[:k, :k], SM[:k, k + extra:] = sw.SM[:, :k], sw.SM[:, k:]
     SM[k:, k:k + extra] = (sw.var_a / sw.var_x) * np.eye(extra)
     sw.SM = SM
     sw.Z = np.pad(sw.Z, [(0, 0), (0, extra)])
-    sw.m = np.pad(sw.m, (0, extra))
+    sw.m = sw.m + [0.0] * extra
 
 
 def _gibbs_row(i: int, sw: _Sweep) -> None:
-    """Resample row i of Z given the others (module docstring), updating the sweep caches."""
+    """Resample row i of Z given the others (module docstring), updating the sweep caches.
+
+    The uniforms of the row (one per visited feature, then one for K_new) are drawn in one call,
+    the same stream as drawing them one at a time.
+    """
     x = sw.X[i]
     z = sw.Z[i].copy()
     k = z.size
     sw.SM, v, c = _rank_one(sw.SM, z, x, -1.0)
-    m_minus = sw.m - z
+    zl = z.tolist()
+    ml = [mk - zk for mk, zk in zip(sw.m, zl)]
+    used = _visit_order(zl, ml)
+    u = sw.rng.random(len(used) + 1).tolist()
     # Row i removed: P z^T = W^{-1} z^T / c, q = (1 - c) / c, residual x - z M_{-i} = -(z M - x) / c.
-    q, R = _sample_existing(z, m_minus, sw.SM[:, :k], sw.SM[:, k:], v[:k] / c, v[k:] / -c, (1.0 - c) / c, sw)
-    n_new = _sample_new(q, R, sw)
+    q, R = _sample_existing(z, zl, ml, used, u, [w / c for w in v[:k].tolist()], v[k:] / -c, (1.0 - c) / c, sw)
+    n_new = _sample_new(q, R, u[-1], sw)
     if n_new:
-        free = np.flatnonzero(m_minus == 0)
-        if free.size < n_new:
+        free = [f for f, mk in enumerate(ml) if mk == 0.0]
+        if len(free) < n_new:
             _grow(sw, len(sw.log_prior_new))
-            z, m_minus = np.pad(z, (0, sw.m.size - k)), np.pad(m_minus, (0, sw.m.size - k))
-            free = np.flatnonzero(m_minus == 0)
+            z, ml = np.pad(z, (0, len(sw.m) - k)), ml + [0.0] * (len(sw.m) - k)
+            free = [f for f, mk in enumerate(ml) if mk == 0.0]
         z[free[:n_new]] = 1.0
     sw.SM = _rank_one(sw.SM, z, x, 1.0)[0]
     sw.Z[i] = z
-    sw.m = m_minus + z
+    sw.m = [mk + zk for mk, zk in zip(ml, z.tolist())]
 
 
 def _start_sweep(X: np.ndarray, state: LGGibbsState, max_new: int, rng: np.random.Generator) -> _Sweep:
     """Caches for a sweep: Z with max_new spare columns, counts, and [W^{-1} | M] from scratch."""
+    n = X.shape[0]
     Z = np.pad(np.asarray(state.Z, np.float64), [(0, 0), (0, max_new)])
     W_inv, M, _ = feature_posterior(Z, X, state.sigma_x, state.sigma_a)
-    return _Sweep(X=X, Z=Z, m=Z.sum(axis=0), SM=np.hstack([W_inv, M]), var_x=state.sigma_x ** 2,
-                  var_a=state.sigma_a ** 2,
-                  log_prior_new=new_feature_log_prior(X.shape[0], state.alpha, max_new).tolist(), rng=rng)
+    var_a = state.sigma_a ** 2
+    return _Sweep(X=X, Z=Z, m=Z.sum(axis=0).tolist(), SM=np.hstack([W_inv, M]), var_x=state.sigma_x ** 2, var_a=var_a,
+                  log_prior_new=new_feature_log_prior(n, state.alpha, max_new).tolist(),
+                  new_var=[j * var_a for j in range(max_new + 1)],
+                  log_odds_off={float(m): -math.log(m / (n - m)) for m in range(1, n)}, rng=rng)
 
 
 def gibbs_rows(X: np.ndarray, state: LGGibbsState, rows: Iterable[int], max_new: int,
@@ -229,7 +254,7 @@ def gibbs_rows(X: np.ndarray, state: LGGibbsState, rows: Iterable[int], max_new:
     sw = _start_sweep(X, state, max_new, rng)
     for i in rows:
         _gibbs_row(int(i), sw)
-    return sw.Z[:, sw.m > 0] > 0
+    return sw.Z[:, np.array(sw.m) > 0] > 0
 
 
 _OPTIONS = ((1, 0), (0, 1), (1, 1))   # a row of a split feature in a only, b only or both
