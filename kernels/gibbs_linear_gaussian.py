@@ -13,8 +13,9 @@ so for each feature with m_{-i,k} > 0 the two values of z_ik are compared with s
 of q and of the squared predictive residual |x_i - z_i M_{-i}|^2 (O(K) per feature), under the
 prior odds m_{-i,k} : (N - m_{-i,k}). Features only row i uses are then replaced by K_new new ones drawn
 from the truncated posterior Poisson(K_new; alpha/N) N(x_i; z_i M_{-i}, (sigma_X^2 (1 + q) +
-K_new sigma_A^2) I). [W^{-1} | W^{-1} Z^T X] is kept as one K x (K + D) array, and removing or
-adding row i is one rank-one (Sherman-Morrison / RLS) update of it.
+K_new sigma_A^2) I). [W^{-1} | W^{-1} Z^T X] of all rows is kept as one K x (K + D) array; the
+quantities of row i left out follow from it by Sherman-Morrison without changing it, and removing
+and re-adding row i (one rank-one RLS update each) happens only when z_i changes.
 
 Inside a sweep Z has spare all-zero columns; they do not change p(X | Z) (each contributes
 sigma_X^D sigma_A^-D r^{-D/2} = 1 to eq. 6) and give new features a place without reallocation.
@@ -113,7 +114,9 @@ class _Sweep:
     X: np.ndarray
     Z: np.ndarray          # (N, Kc) float64 with spare zero columns
     m: list[float]         # (Kc,) column counts
-    SM: np.ndarray         # (Kc, Kc + D): [W^{-1} | W^{-1} Z^T X]
+    SM: np.ndarray         # (Kc, Kc + D): [W^{-1} | W^{-1} Z^T X] of all rows
+    diag: list[float]      # diagonal of W^{-1}
+    norms: list[float]     # |M_k|^2 of the rows of M = W^{-1} Z^T X
     var_x: float
     var_a: float
     log_prior_new: list[float]
@@ -122,19 +125,37 @@ class _Sweep:
     rng: np.random.Generator
 
 
+def _row_terms(SM: np.ndarray, z: np.ndarray, x: np.ndarray) -> tuple[np.ndarray, float]:
+    """v = [W^{-1} z^T | z M - x] and s = z W^{-1} z^T for the observation (z, x) and SM = [W^{-1} | M]."""
+    k = z.size
+    v = z.dot(SM)
+    v[k:] -= x
+    return v, float(v[:k].dot(z))
+
+
+def _update(SM: np.ndarray, v: np.ndarray, c: float, sign: float) -> None:
+    """SM -= sign / c (W^{-1} z^T) v in place: adds (sign = +1) or removes (sign = -1) the observation
+    of v = ``_row_terms`` and c = 1 + sign s (Sherman-Morrison / RLS update of [W^{-1} | M])."""
+    SM -= np.multiply.outer(v[:SM.shape[0]] * (sign / c), v)
+
+
 def _rank_one(SM: np.ndarray, z: np.ndarray, x: np.ndarray, sign: float) -> tuple[np.ndarray, np.ndarray, float]:
     """Add (sign = +1) or remove (sign = -1) the observation (z, x) from [W^{-1} | M] (RLS update).
 
     Updates SM in place and returns it, v = [W^{-1} z | z M - x] and c = 1 + sign z W^{-1} z, both taken
     before the update.
     """
-    k = z.size
-    v = z.dot(SM)
-    v[k:] -= x
-    head = v[:k]
-    c = 1.0 + sign * float(head.dot(z))
-    SM -= np.multiply.outer(head * (sign / c), v)
+    v, s = _row_terms(SM, z, x)
+    c = 1.0 + sign * s
+    _update(SM, v, c, sign)
     return SM, v, c
+
+
+def _refresh(sw: _Sweep) -> None:
+    """Recompute the caches that follow from sw.SM: the diagonal of W^{-1} and the |M_k|^2."""
+    M = sw.SM[:, len(sw.m):]
+    sw.diag = sw.SM.diagonal().tolist()
+    sw.norms = np.einsum("kd,kd->k", M, M).tolist()
 
 
 def _visit_order(zl: list[float], ml: list[float]) -> list[int]:
@@ -145,7 +166,7 @@ def _visit_order(zl: list[float], ml: list[float]) -> list[int]:
 
 
 def _sample_existing(z: np.ndarray, zl: list[float], ml: list[float], used: list[int], u: list[float],
-                     pz: list[float], r: np.ndarray, q: float, sw: _Sweep) -> tuple[float, float]:
+                     v: np.ndarray, c: float, sw: _Sweep) -> tuple[float, float]:
     """Gibbs on z_ik for the features ``used`` (``_visit_order``), in place (module docstring).
 
     With the predictive residual r = x_i - z_i M_{-i}, R = |r|^2 and q = z_i P z_i^T,
@@ -153,19 +174,29 @@ def _sample_existing(z: np.ndarray, zl: list[float], ml: list[float], used: list
     m_{-i,k} / (N - m_{-i,k}). Row i's singletons (m_{-i,k} = 0) stay in the likelihood while the
     other features are updated (a Gibbs step on those given the singletons) and are then switched
     off, to be replaced in ``_sample_new``. zl and ml are z and m_{-i} as lists, u one uniform per
-    feature of ``used``, pz = P z_i^T (P and M_{-i} are ``sw.SM``, row i removed). z, zl and r are
-    updated in place; returns the final (q, R).
+    feature of ``used``; z and zl are updated in place. Returns the final (q, R).
+
+    Row i is left out without changing sw.SM (Sherman-Morrison): with v = [a | b] = [W^{-1} z_i^T |
+    z_i M - x_i] and c = 1 - z_i a (``_row_terms`` of row i), P = W^{-1} + a a^T / c and
+    M_{-i} = M + a b^T / c, so P z_i^T = a / c, q = (1 - c) / c, r = -b / c,
+    (M_{-i} r)_k = -(M_k b + a_k |b|^2 / c) / c, |M_{-i,k}|^2 = |M_k|^2 + a_k (2 M_k b + a_k |b|^2 / c) / c
+    and P_kk = W^{-1}_kk + a_k^2 / c.
     """
     half_d, two_var = 0.5 * sw.X.shape[1], 2.0 * sw.var_x
-    log_odds_off = sw.log_odds_off
+    log_odds_off, diag, norms = sw.log_odds_off, sw.diag, sw.norms
     kc = len(zl)
-    Mi = sw.SM[:, kc:]
-    R = float(r.dot(r))
-    rM = Mi.dot(r).tolist()
-    norms = np.einsum("kd,kd->k", Mi, Mi).tolist()
-    diag = sw.SM.diagonal().tolist()
+    M, b = sw.SM[:, kc:], v[kc:]
+    al = v[:kc].tolist()
+    Mb = M.dot(b).tolist()
+    bb = float(b.dot(b))
+    q, R = (1.0 - c) / c, bb / (c * c)
+    pz = [ak / c for ak in al]
+    rM = [-(mb + ak * bb / c) / c for mb, ak in zip(Mb, al)]
+    r = None
     for k, uk in zip(used, u):
-        zk, pkk, nk = zl[k], diag[k], norms[k]
+        zk, ak = zl[k], al[k]
+        pkk = diag[k] + ak * ak / c
+        nk = norms[k] + ak * (2.0 * Mb[k] + ak * bb / c) / c
         pk = pz[k] - zk * pkk
         rk = rM[k] + zk * nk                    # (M_{-i} r)_k with z_ik = 0
         q0, R0 = q - zk * (2.0 * pk + pkk), R + zk * (2.0 * rM[k] + nk)
@@ -177,9 +208,10 @@ def _sample_existing(z: np.ndarray, zl: list[float], ml: list[float], used: list
         if on != zk:
             delta = 1.0 if on else -1.0
             z[k] = zl[k] = float(on)
-            pz = [p + delta * pk for p, pk in zip(pz, sw.SM[:, k].tolist())]
-            r -= delta * Mi[k]
-            rM = Mi.dot(r).tolist()
+            pz = [p + delta * (w + aj * ak / c) for p, w, aj in zip(pz, sw.SM[:kc, k].tolist(), al)]
+            r = (b / -c if r is None else r) - delta * (M[k] + (ak / c) * b)
+            br = float(b.dot(r))
+            rM = [mr + aj * br / c for mr, aj in zip(M.dot(r).tolist(), al)]
         q, R = (q1, R1) if on else (q0, R0)
     return q, R
 
@@ -210,19 +242,24 @@ def _gibbs_row(i: int, sw: _Sweep) -> None:
     """Resample row i of Z given the others (module docstring), updating the sweep caches.
 
     The uniforms of the row (one per visited feature, then one for K_new) are drawn in one call,
-    the same stream as drawing them one at a time.
+    the same stream as drawing them one at a time. [W^{-1} | M] is updated (row i removed, then
+    added with its new z_i) only when z_i changes.
     """
     x = sw.X[i]
     z = sw.Z[i].copy()
     k = z.size
-    sw.SM, v, c = _rank_one(sw.SM, z, x, -1.0)
+    v, s = _row_terms(sw.SM, z, x)
+    c = 1.0 - s
     zl = z.tolist()
+    before = list(zl)
     ml = [mk - zk for mk, zk in zip(sw.m, zl)]
     used = _visit_order(zl, ml)
     u = sw.rng.random(len(used) + 1).tolist()
-    # Row i removed: P z^T = W^{-1} z^T / c, q = (1 - c) / c, residual x - z M_{-i} = -(z M - x) / c.
-    q, R = _sample_existing(z, zl, ml, used, u, [w / c for w in v[:k].tolist()], v[k:] / -c, (1.0 - c) / c, sw)
+    q, R = _sample_existing(z, zl, ml, used, u, v, c, sw)
     n_new = _sample_new(q, R, u[-1], sw)
+    if zl == before and not n_new:
+        return
+    _update(sw.SM, v, c, -1.0)
     if n_new:
         free = [f for f, mk in enumerate(ml) if mk == 0.0]
         if len(free) < n_new:
@@ -233,6 +270,7 @@ def _gibbs_row(i: int, sw: _Sweep) -> None:
     sw.SM = _rank_one(sw.SM, z, x, 1.0)[0]
     sw.Z[i] = z
     sw.m = [mk + zk for mk, zk in zip(ml, z.tolist())]
+    _refresh(sw)
 
 
 def _start_sweep(X: np.ndarray, state: LGGibbsState, max_new: int, rng: np.random.Generator) -> _Sweep:
@@ -241,10 +279,13 @@ def _start_sweep(X: np.ndarray, state: LGGibbsState, max_new: int, rng: np.rando
     Z = np.pad(np.asarray(state.Z, np.float64), [(0, 0), (0, max_new)])
     W_inv, M, _ = feature_posterior(Z, X, state.sigma_x, state.sigma_a)
     var_a = state.sigma_a ** 2
-    return _Sweep(X=X, Z=Z, m=Z.sum(axis=0).tolist(), SM=np.hstack([W_inv, M]), var_x=state.sigma_x ** 2, var_a=var_a,
-                  log_prior_new=new_feature_log_prior(n, state.alpha, max_new).tolist(),
-                  new_var=[j * var_a for j in range(max_new + 1)],
-                  log_odds_off={float(m): -math.log(m / (n - m)) for m in range(1, n)}, rng=rng)
+    sw = _Sweep(X=X, Z=Z, m=Z.sum(axis=0).tolist(), SM=np.hstack([W_inv, M]), diag=[], norms=[],
+                var_x=state.sigma_x ** 2, var_a=var_a,
+                log_prior_new=new_feature_log_prior(n, state.alpha, max_new).tolist(),
+                new_var=[j * var_a for j in range(max_new + 1)],
+                log_odds_off={float(m): -math.log(m / (n - m)) for m in range(1, n)}, rng=rng)
+    _refresh(sw)
+    return sw
 
 
 def gibbs_rows(X: np.ndarray, state: LGGibbsState, rows: Iterable[int], max_new: int,
