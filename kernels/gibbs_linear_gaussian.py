@@ -115,6 +115,7 @@ class _Sweep:
     Z: np.ndarray          # (N, Kc) float64 with spare zero columns
     m: list[float]         # (Kc,) column counts
     SM: np.ndarray         # (Kc, Kc + D): [W^{-1} | W^{-1} Z^T X] of all rows
+    M: np.ndarray          # the view SM[:, Kc:]
     diag: list[float]      # diagonal of W^{-1}
     norms: list[float]     # |M_k|^2 of the rows of M = W^{-1} Z^T X
     var_x: float
@@ -125,17 +126,16 @@ class _Sweep:
     rng: np.random.Generator
 
 
-def _row_terms(SM: np.ndarray, z: np.ndarray, x: np.ndarray) -> tuple[np.ndarray, float]:
-    """v = [W^{-1} z^T | z M - x] and s = z W^{-1} z^T for the observation (z, x) and SM = [W^{-1} | M]."""
-    k = z.size
+def _row_vector(SM: np.ndarray, z: np.ndarray, x: np.ndarray) -> np.ndarray:
+    """v = [W^{-1} z^T | z M - x] for the observation (z, x) and SM = [W^{-1} | M]."""
     v = z.dot(SM)
-    v[k:] -= x
-    return v, float(v[:k].dot(z))
+    v[z.size:] -= x
+    return v
 
 
 def _update(SM: np.ndarray, v: np.ndarray, c: float, sign: float) -> None:
     """SM -= sign / c (W^{-1} z^T) v in place: adds (sign = +1) or removes (sign = -1) the observation
-    of v = ``_row_terms`` and c = 1 + sign s (Sherman-Morrison / RLS update of [W^{-1} | M])."""
+    of v = ``_row_vector`` and c = 1 + sign z W^{-1} z^T (Sherman-Morrison / RLS update of [W^{-1} | M])."""
     SM -= np.multiply.outer(v[:SM.shape[0]] * (sign / c), v)
 
 
@@ -145,15 +145,15 @@ def _rank_one(SM: np.ndarray, z: np.ndarray, x: np.ndarray, sign: float) -> tupl
     Updates SM in place and returns it, v = [W^{-1} z | z M - x] and c = 1 + sign z W^{-1} z, both taken
     before the update.
     """
-    v, s = _row_terms(SM, z, x)
-    c = 1.0 + sign * s
+    v = _row_vector(SM, z, x)
+    c = 1.0 + sign * float(v[:z.size].dot(z))
     _update(SM, v, c, sign)
     return SM, v, c
 
 
 def _refresh(sw: _Sweep) -> None:
-    """Recompute the caches that follow from sw.SM: the diagonal of W^{-1} and the |M_k|^2."""
-    M = sw.SM[:, len(sw.m):]
+    """Recompute the caches that follow from sw.SM: the view M, the diagonal of W^{-1} and the |M_k|^2."""
+    sw.M = M = sw.SM[:, len(sw.m):]
     sw.diag = sw.SM.diagonal().tolist()
     sw.norms = np.einsum("kd,kd->k", M, M).tolist()
 
@@ -165,65 +165,65 @@ def _visit_order(zl: list[float], ml: list[float]) -> list[int]:
     return list(compress(kc, ml)) + list(compress(kc, map(operator.gt, zl, ml)))
 
 
-def _sample_existing(z: np.ndarray, zl: list[float], ml: list[float], used: list[int], u: list[float],
-                     v: np.ndarray, c: float, sw: _Sweep) -> tuple[float, float]:
+def _sample_existing(zl: list[float], ml: list[float], used: list[int], u: list[float],
+                     al: list[float], b: np.ndarray, c: float, sw: _Sweep) -> tuple[float, float]:
     """Gibbs on z_ik for the features ``used`` (``_visit_order``), in place (module docstring).
 
     With the predictive residual r = x_i - z_i M_{-i}, R = |r|^2 and q = z_i P z_i^T,
     log p(X | Z) = -D/2 log(1 + q) - R / (2 sigma_X^2 (1 + q)) + const; the prior odds are
     m_{-i,k} / (N - m_{-i,k}). Row i's singletons (m_{-i,k} = 0) stay in the likelihood while the
     other features are updated (a Gibbs step on those given the singletons) and are then switched
-    off, to be replaced in ``_sample_new``. zl and ml are z and m_{-i} as lists, u one uniform per
-    feature of ``used``; z and zl are updated in place. Returns the final (q, R).
+    off, to be replaced in ``_sample_new``. zl and ml are z_i and m_{-i} as lists (zl is updated in
+    place), u one uniform per feature of ``used``. For each feature, (q, R) of z_i with z_ik flipped
+    follow from the current ones by O(1) updates. Returns the final (q, R).
 
-    Row i is left out without changing sw.SM (Sherman-Morrison): with v = [a | b] = [W^{-1} z_i^T |
-    z_i M - x_i] and c = 1 - z_i a (``_row_terms`` of row i), P = W^{-1} + a a^T / c and
-    M_{-i} = M + a b^T / c, so P z_i^T = a / c, q = (1 - c) / c, r = -b / c,
-    (M_{-i} r)_k = -(M_k b + a_k |b|^2 / c) / c, |M_{-i,k}|^2 = |M_k|^2 + a_k (2 M_k b + a_k |b|^2 / c) / c
-    and P_kk = W^{-1}_kk + a_k^2 / c.
+    Row i is left out without changing sw.SM (Sherman-Morrison): with a = W^{-1} z_i^T (``al``),
+    b = z_i M - x_i and c = 1 - z_i a, P = W^{-1} + a a^T / c and M_{-i} = M + a b^T / c, so
+    P z_i^T = a / c, q = (1 - c) / c, r = -b / c, (M_{-i} r)_k = -(M_k b + a_k |b|^2 / c) / c,
+    |M_{-i,k}|^2 = |M_k|^2 + a_k (2 M_k b + a_k |b|^2 / c) / c and P_kk = W^{-1}_kk + a_k^2 / c.
+    Until a z_ik changes, (P z_i^T)_k and (M_{-i} r)_k are taken from these formulas feature by
+    feature; after a change they are kept as lists.
     """
     half_d, two_var = 0.5 * sw.X.shape[1], 2.0 * sw.var_x
     log_odds_off, diag, norms = sw.log_odds_off, sw.diag, sw.norms
-    kc = len(zl)
-    M, b = sw.SM[:, kc:], v[kc:]
-    al = v[:kc].tolist()
+    M = sw.M
     Mb = M.dot(b).tolist()
     bb = float(b.dot(b))
     q, R = (1.0 - c) / c, bb / (c * c)
-    pz = [ak / c for ak in al]
-    rM = [-(mb + ak * bb / c) / c for mb, ak in zip(Mb, al)]
-    r = None
+    log_q, fit = math.log1p(q), R / (1.0 + q)
+    pz = rM = r = None
     for k, uk in zip(used, u):
         zk, ak = zl[k], al[k]
-        pkk = diag[k] + ak * ak / c
-        nk = norms[k] + ak * (2.0 * Mb[k] + ak * bb / c) / c
-        pk = pz[k] - zk * pkk
-        rk = rM[k] + zk * nk                    # (M_{-i} r)_k with z_ik = 0
-        q0, R0 = q - zk * (2.0 * pk + pkk), R + zk * (2.0 * rM[k] + nk)
-        q1, R1 = q0 + 2.0 * pk + pkk, R0 - 2.0 * rk + nk
+        pkk = diag[k] + ak * ak / c                             # P_kk
+        nk = norms[k] + ak * (2.0 * Mb[k] + ak * bb / c) / c    # |M_{-i,k}|^2
+        pk = (ak / c if pz is None else pz[k]) - zk * pkk       # (P z_i^T)_k with z_ik = 0
+        rk = (-(Mb[k] + ak * bb / c) / c if rM is None else rM[k]) + zk * nk   # (M_{-i} r)_k with z_ik = 0
+        step = 1.0 - 2.0 * zk                                   # +1 switches z_ik on, -1 off
+        q_flip, R_flip = q + step * (2.0 * pk + pkk), R - step * (2.0 * rk - nk)
+        log_q_flip, fit_flip = math.log1p(q_flip), R_flip / (1.0 + q_flip)
         mk = ml[k]
-        on = mk > 0 and uk * (1.0 + math.exp(min(700.0, log_odds_off[mk]
-                                                 + half_d * (math.log1p(q1) - math.log1p(q0))
-                                                 + (R1 / (1.0 + q1) - R0 / (1.0 + q0)) / two_var))) < 1.0
+        # log p(z_ik = 0 | rest) - log p(z_ik = 1 | rest), then z_ik = 1 with probability 1 / (1 + exp of it)
+        on = mk > 0 and uk * (1.0 + math.exp(min(700.0, log_odds_off[mk] + step * (
+            half_d * (log_q_flip - log_q) + (fit_flip - fit) / two_var)))) < 1.0
         if on != zk:
+            q, R, log_q, fit = q_flip, R_flip, log_q_flip, fit_flip
             delta = 1.0 if on else -1.0
-            z[k] = zl[k] = float(on)
-            pz = [p + delta * (w + aj * ak / c) for p, w, aj in zip(pz, sw.SM[:kc, k].tolist(), al)]
+            zl[k] = float(on)
+            pz = [(aj / c if pz is None else pz[j]) + delta * (w + aj * ak / c)
+                  for j, (w, aj) in enumerate(zip(sw.SM[:, k].tolist(), al))]
             r = (b / -c if r is None else r) - delta * (M[k] + (ak / c) * b)
             br = float(b.dot(r))
             rM = [mr + aj * br / c for mr, aj in zip(M.dot(r).tolist(), al)]
-        q, R = (q1, R1) if on else (q0, R0)
     return q, R
 
 
 def _sample_new(q: float, sq_resid: float, u: float, sw: _Sweep) -> int:
     """K_new from the truncated Poisson(alpha/N) x N(x_i; z_i M_{-i}, (sigma_X^2 (1+q) + K_new sigma_A^2) I)
     posterior (SPEC 3.4), by inverting the uniform u; q and sq_resid are those of z_i without its singletons."""
-    d = sw.X.shape[1]
+    d, log = sw.X.shape[1], math.log
     base = sw.var_x * (1.0 + q)
-    var = [base + extra for extra in sw.new_var]
-    _, weights, total = categorical_weights([lp - 0.5 * (d * math.log(v) + sq_resid / v)
-                                             for lp, v in zip(sw.log_prior_new, var)])
+    _, weights, total = categorical_weights([lp - 0.5 * (d * log(v := base + extra) + sq_resid / v)
+                                             for lp, extra in zip(sw.log_prior_new, sw.new_var)])
     return categorical_index(weights, total, u)
 
 
@@ -246,20 +246,21 @@ def _gibbs_row(i: int, sw: _Sweep) -> None:
     added with its new z_i) only when z_i changes.
     """
     x = sw.X[i]
-    z = sw.Z[i].copy()
-    k = z.size
-    v, s = _row_terms(sw.SM, z, x)
-    c = 1.0 - s
-    zl = z.tolist()
-    before = list(zl)
-    ml = [mk - zk for mk, zk in zip(sw.m, zl)]
+    zi = sw.Z[i]
+    k = zi.size
+    v = _row_vector(sw.SM, zi, x)
+    al = v[:k].tolist()
+    zl = zi.tolist()
+    c = 1.0 - sum(compress(al, zl))
+    ml = list(map(operator.sub, sw.m, zl))
     used = _visit_order(zl, ml)
     u = sw.rng.random(len(used) + 1).tolist()
-    q, R = _sample_existing(z, zl, ml, used, u, v, c, sw)
+    q, R = _sample_existing(zl, ml, used, u, al, v[k:], c, sw)
     n_new = _sample_new(q, R, u[-1], sw)
-    if zl == before and not n_new:
+    if not n_new and zl == zi.tolist():
         return
     _update(sw.SM, v, c, -1.0)
+    z = np.array(zl)
     if n_new:
         free = [f for f, mk in enumerate(ml) if mk == 0.0]
         if len(free) < n_new:
@@ -279,7 +280,8 @@ def _start_sweep(X: np.ndarray, state: LGGibbsState, max_new: int, rng: np.rando
     Z = np.pad(np.asarray(state.Z, np.float64), [(0, 0), (0, max_new)])
     W_inv, M, _ = feature_posterior(Z, X, state.sigma_x, state.sigma_a)
     var_a = state.sigma_a ** 2
-    sw = _Sweep(X=X, Z=Z, m=Z.sum(axis=0).tolist(), SM=np.hstack([W_inv, M]), diag=[], norms=[],
+    SM = np.hstack([W_inv, M])
+    sw = _Sweep(X=X, Z=Z, m=Z.sum(axis=0).tolist(), SM=SM, M=SM[:, Z.shape[1]:], diag=[], norms=[],
                 var_x=state.sigma_x ** 2, var_a=var_a,
                 log_prior_new=new_feature_log_prior(n, state.alpha, max_new).tolist(),
                 new_var=[j * var_a for j in range(max_new + 1)],
