@@ -308,6 +308,61 @@ def _log_feature_prior(m: np.ndarray, n: int) -> float:
     return float(np.sum(gammaln(n - m + 1) + gammaln(m) - gammaln(n + 1)))
 
 
+def _option_log_weights(SM: np.ndarray, v: np.ndarray, c: float, cols: tuple[int, int], m_a: float, m_b: float,
+                        n: int, two_var: float) -> list[float]:
+    """Unnormalised log probabilities of the ``_OPTIONS`` of one row in ``_allocate``.
+
+    SM = [W^{-1} | M] includes the row as z (a and b off), v is its ``_row_vector`` and c = 1 - z W^{-1} z^T.
+    The row is left out by Sherman-Morrison as in ``_sample_existing``: with w = W^{-1} z^T and
+    b = z M - x, P = W^{-1} + w w^T / c and M_{-r} = M + w b^T / c, so q_0 = (1 - c) / c, R_0 = |b|^2 / c^2,
+    p = (P z^T)_{a,b} = w_{a,b} / c, l = M_{-r,{a,b}} r with r = -b / c, and G = M_{-r,{a,b}} M_{-r,{a,b}}^T.
+    Option delta gives q = q_0 + 2 delta p + delta P_{ab} delta^T and R = R_0 - 2 delta l + delta G delta^T.
+    """
+    k = SM.shape[0]
+    a, b = cols
+    d = SM.shape[1] - k
+    resid = v[k:]
+    Mab = SM[[a, b], k:]
+    mb_a, mb_b = Mab.dot(resid).tolist()
+    (G_aa, G_ab), (_, G_bb) = Mab.dot(Mab.T).tolist()
+    bb = float(resid.dot(resid))
+    w_a, w_b = v.item(a), v.item(b)
+    q0, R0 = (1.0 - c) / c, bb / (c * c)
+    p_a, p_b = w_a / c, w_b / c
+    p_aa, p_ab, p_bb = SM.item(a, a) + w_a * w_a / c, SM.item(a, b) + w_a * w_b / c, SM.item(b, b) + w_b * w_b / c
+    l_a, l_b = -(mb_a + w_a * bb / c) / c, -(mb_b + w_b * bb / c) / c
+    g_aa = G_aa + w_a * (2.0 * mb_a + w_a * bb / c) / c
+    g_bb = G_bb + w_b * (2.0 * mb_b + w_b * bb / c) / c
+    g_ab = G_ab + (w_a * mb_b + w_b * mb_a + w_a * w_b * bb / c) / c
+    log_a, log_b = (math.log(1.0 - m_a / n), math.log(m_a / n)), (math.log(1.0 - m_b / n), math.log(m_b / n))
+    log_w = []
+    for da, db in _OPTIONS:
+        q = q0 + 2.0 * (da * p_a + db * p_b) + da * p_aa + db * p_bb + 2.0 * da * db * p_ab
+        R = R0 - 2.0 * (da * l_a + db * l_b) + da * g_aa + db * g_bb + 2.0 * da * db * g_ab
+        log_w.append(log_a[da] + log_b[db] - 0.5 * d * math.log1p(q) - R / (two_var * (1.0 + q)))
+    return log_w
+
+
+def _reassign(SM: np.ndarray, v: np.ndarray, c: float, z: np.ndarray, cols: tuple[int, int],
+              delta: tuple[int, int]) -> None:
+    """Update SM = [W^{-1} | M] in place for a row whose z gained delta = (delta_a, delta_b) in columns cols.
+
+    v and c are the row's ``_row_vector`` and 1 - z W^{-1} z^T before the change, z the row after it.
+    The row is removed (SM + w v / c, w = W^{-1} z^T) and added back with z' = z + delta, whose vector
+    against the removed SM is v' = v (1 + delta w_{a,b}) / c + delta SM_{a,b} (two rank-one RLS updates).
+    """
+    a, b = cols
+    da, db = delta
+    v_new = v * ((1.0 + da * v.item(a) + db * v.item(b)) / c)
+    if da:
+        v_new += SM[a]
+    if db:
+        v_new += SM[b]
+    c_new = 1.0 + float(v_new[:SM.shape[0]].dot(z))
+    _update(SM, v, c, -1.0)
+    _update(SM, v_new, c_new, 1.0)
+
+
 def _allocate(X: np.ndarray, Z: np.ndarray, cols: tuple[int, int], rows: np.ndarray, sigma_x: float,
               sigma_a: float, rng: np.random.Generator, given: np.ndarray | None = None) -> float:
     """Sequential allocation of a split (Dahl 2003; Jain & Neal 2004, adapted to the IBP as in paper 003).
@@ -318,41 +373,32 @@ def _allocate(X: np.ndarray, Z: np.ndarray, cols: tuple[int, int], rows: np.ndar
     z_r) with probability proportional to the IBP odds of the current counts, (m_a / N or
     1 - m_a / N) (m_b / N or 1 - m_b / N), times the predictive density of x_r given the rows
     allocated so far (module docstring), from q and the residual of z_r without a and b by the
-    same scalar updates as in ``_sample_existing``. With ``given`` (one option index per row) the
-    allocation is scored instead of drawn. Returns log q, the log probability of the allocation.
+    same scalar updates as in ``_sample_existing`` (``_option_log_weights``). With ``given`` (one
+    option index per row) the allocation is scored instead of drawn (one uniform per row
+    otherwise). Returns log q, the log probability of the allocation.
     """
-    n, d = X.shape
+    n = X.shape[0]
     k = Z.shape[1]
     a, b = cols
     two_var = 2.0 * sigma_x ** 2
     W_inv, M, _ = feature_posterior(Z, X, sigma_x, sigma_a)
     SM = np.hstack([W_inv, M])
     m_a, m_b = float(Z[:, a].sum()), float(Z[:, b].sum())
-    idx = [a, b]
+    choices = given.tolist() if given is not None else None
+    uniforms = rng.random(rows.size).tolist() if given is None else None
     log_q = 0.0
     for t, r in enumerate(rows.tolist()):
-        x = X[r]
-        SM, v, c = _rank_one(SM, Z[r], x, -1.0)
-        # row r removed: P z^T = W^{-1} z^T / c, q = (1 - c) / c, residual x - z M_{-r} = -(z M - x) / c
-        q0, resid = (1.0 - c) / c, v[k:] / -c
-        Mab = SM[idx, k:]
-        (p_a, p_b), (p_aa, p_ab, p_bb) = (v[idx] / c).tolist(), (SM[a, a], SM[a, b], SM[b, b])
-        (l_a, l_b), ((g_aa, g_ab), (_, g_bb)) = (Mab @ resid).tolist(), (Mab @ Mab.T).tolist()
-        R0 = float(resid @ resid)
-        log_w = []
-        for (da, db) in _OPTIONS:
-            q = q0 + 2.0 * (da * p_a + db * p_b) + da * p_aa + db * p_bb + 2.0 * da * db * p_ab
-            R = R0 - 2.0 * (da * l_a + db * l_b) + da * g_aa + db * g_bb + 2.0 * da * db * g_ab
-            log_w.append(math.log(m_a / n if da else 1.0 - m_a / n) + math.log(m_b / n if db else 1.0 - m_b / n)
-                         - 0.5 * d * math.log1p(q) - R / (two_var * (1.0 + q)))
-        top = max(log_w)
-        log_norm = top + math.log(math.fsum(math.exp(w - top) for w in log_w))
-        choice = sample_categorical_log(log_w, rng) if given is None else int(given[t])
-        log_q += log_w[choice] - log_norm
+        z = Z[r]
+        v = _row_vector(SM, z, X[r])
+        c = 1.0 - float(v[:k].dot(z))
+        log_w = _option_log_weights(SM, v, c, cols, m_a, m_b, n, two_var)
+        top, weights, total = categorical_weights(log_w)
+        choice = categorical_index(weights, total, uniforms[t]) if choices is None else choices[t]
+        log_q += log_w[choice] - (top + math.log(total))
         da, db = _OPTIONS[choice]
-        Z[r, a], Z[r, b] = da, db
+        z[a], z[b] = da, db
         m_a, m_b = m_a + da, m_b + db
-        SM = _rank_one(SM, Z[r], x, 1.0)[0]
+        _reassign(SM, v, c, z, cols, (da, db))
     return log_q
 
 
