@@ -36,6 +36,7 @@ from __future__ import annotations
 import math
 import operator
 from dataclasses import dataclass, replace
+from functools import lru_cache
 from itertools import compress
 from typing import Iterable
 
@@ -274,10 +275,18 @@ def _gibbs_row(i: int, sw: _Sweep) -> None:
     _refresh(sw)
 
 
+@lru_cache(maxsize=8)
+def _log_odds_off(n: int) -> dict[float, float]:
+    """-log(m / (N - m)) for m = 1..N-1, keyed by float(m): the prior log odds of z_ik = 0 given m_{-i,k} = m
+    (read only; cached per N)."""
+    return {float(m): -math.log(m / (n - m)) for m in range(1, n)}
+
+
 def _start_sweep(X: np.ndarray, state: LGGibbsState, max_new: int, rng: np.random.Generator) -> _Sweep:
     """Caches for a sweep: Z with max_new spare columns, counts, and [W^{-1} | M] from scratch."""
-    n = X.shape[0]
-    Z = np.pad(np.asarray(state.Z, np.float64), [(0, 0), (0, max_new)])
+    n, k = state.Z.shape
+    Z = np.zeros((n, k + max_new))
+    Z[:, :k] = state.Z
     W_inv, M, _ = feature_posterior(Z, X, state.sigma_x, state.sigma_a)
     var_a = state.sigma_a ** 2
     SM = np.hstack([W_inv, M])
@@ -285,7 +294,7 @@ def _start_sweep(X: np.ndarray, state: LGGibbsState, max_new: int, rng: np.rando
                 var_x=state.sigma_x ** 2, var_a=var_a,
                 log_prior_new=new_feature_log_prior(n, state.alpha, max_new).tolist(),
                 new_var=[j * var_a for j in range(max_new + 1)],
-                log_odds_off={float(m): -math.log(m / (n - m)) for m in range(1, n)}, rng=rng)
+                log_odds_off=_log_odds_off(n), rng=rng)
     _refresh(sw)
     return sw
 
