@@ -41,7 +41,7 @@ from itertools import compress
 from typing import Iterable
 
 import numpy as np
-from scipy.linalg import cho_factor, cho_solve
+from scipy.linalg.lapack import dpotrf, dpotrs
 from scipy.special import gammaln
 
 from .ibp_prior import (categorical_index, categorical_weights, ibp_log_prob, new_feature_log_prior,
@@ -75,12 +75,21 @@ FIXED = LGHyperPrior(None, None, None)
 
 def feature_posterior(Z: np.ndarray, X: np.ndarray, sigma_x: float,
                       sigma_a: float) -> tuple[np.ndarray, np.ndarray, float]:
-    """W^{-1}, posterior mean W^{-1} Z^T X of A, and log|W|, W = Z^T Z + sigma_X^2/sigma_A^2 I (eq. 6)."""
+    """W^{-1}, posterior mean W^{-1} Z^T X of A, and log|W|, W = Z^T Z + sigma_X^2/sigma_A^2 I (eq. 6).
+
+    By the upper Cholesky factor of W (LAPACK potrf / potrs, called directly: the small matrices here
+    make scipy.linalg.cho_factor's checks cost more than the factorisation).
+    """
     Zf = np.asarray(Z, np.float64)
-    W = Zf.T @ Zf + (sigma_x / sigma_a) ** 2 * np.eye(Zf.shape[1])
-    factor = cho_factor(W)
-    W_inv = cho_solve(factor, np.eye(W.shape[0]))
-    return W_inv, W_inv @ (Zf.T @ X), 2.0 * float(np.log(np.diag(factor[0])).sum())
+    k = Zf.shape[1]
+    if k == 0:
+        return np.zeros((0, 0)), np.zeros((0, X.shape[1])), 0.0
+    W = Zf.T @ Zf + (sigma_x / sigma_a) ** 2 * np.eye(k)
+    factor, info = dpotrf(W, lower=0, clean=0, overwrite_a=1)
+    if info:
+        raise np.linalg.LinAlgError(f"W is not positive definite (potrf info {info})")
+    W_inv, _ = dpotrs(factor, np.eye(k), lower=0, overwrite_b=1)
+    return W_inv, W_inv @ (Zf.T @ X), 2.0 * float(np.log(np.diag(factor)).sum())
 
 
 def collapsed_log_likelihood(X: np.ndarray, Z: np.ndarray, sigma_x: float, sigma_a: float,
