@@ -318,7 +318,7 @@ def gibbs_rows(X: np.ndarray, state: LGGibbsState, rows: Iterable[int], max_new:
     return sw.Z[:, np.array(sw.m) > 0] > 0
 
 
-_OPTIONS = ((1, 0), (0, 1), (1, 1))   # a row of a split feature in a only, b only or both
+_OPTIONS = ((1, 0), (0, 1), (1, 1))   # a row of a split feature in a only, b only or both (``_option_log_weights``)
 
 
 def _log_feature_prior(m: np.ndarray, n: int) -> float:
@@ -334,7 +334,8 @@ def _option_log_weights(SM: np.ndarray, v: np.ndarray, c: float, cols: tuple[int
     The row is left out by Sherman-Morrison as in ``_sample_existing``: with w = W^{-1} z^T and
     b = z M - x, P = W^{-1} + w w^T / c and M_{-r} = M + w b^T / c, so q_0 = (1 - c) / c, R_0 = |b|^2 / c^2,
     p = (P z^T)_{a,b} = w_{a,b} / c, l = M_{-r,{a,b}} r with r = -b / c, and G = M_{-r,{a,b}} M_{-r,{a,b}}^T.
-    Option delta gives q = q_0 + 2 delta p + delta P_{ab} delta^T and R = R_0 - 2 delta l + delta G delta^T.
+    Option delta gives q = q_0 + 2 delta p + delta P_{ab} delta^T and R = R_0 - 2 delta l + delta G delta^T;
+    its IBP odds are (m_a / N or 1 - m_a / N) (m_b / N or 1 - m_b / N) (``_log_fractions``).
     """
     k = SM.shape[0]
     a, b = cols
@@ -352,13 +353,24 @@ def _option_log_weights(SM: np.ndarray, v: np.ndarray, c: float, cols: tuple[int
     g_aa = G_aa + w_a * (2.0 * mb_a + w_a * bb / c) / c
     g_bb = G_bb + w_b * (2.0 * mb_b + w_b * bb / c) / c
     g_ab = G_ab + (w_a * mb_b + w_b * mb_a + w_a * w_b * bb / c) / c
-    log_a, log_b = (math.log(1.0 - m_a / n), math.log(m_a / n)), (math.log(1.0 - m_b / n), math.log(m_b / n))
-    log_w = []
-    for da, db in _OPTIONS:
-        q = q0 + 2.0 * (da * p_a + db * p_b) + da * p_aa + db * p_bb + 2.0 * da * db * p_ab
-        R = R0 - 2.0 * (da * l_a + db * l_b) + da * g_aa + db * g_bb + 2.0 * da * db * g_ab
-        log_w.append(log_a[da] + log_b[db] - 0.5 * d * math.log1p(q) - R / (two_var * (1.0 + q)))
-    return log_w
+    log_in, log_out = _log_fractions(n)
+    in_a, out_a, in_b, out_b = log_in[int(m_a)], log_out[int(m_a)], log_in[int(m_b)], log_out[int(m_b)]
+    q_a, R_a = q0 + 2.0 * p_a + p_aa, R0 - 2.0 * l_a + g_aa              # a only
+    q_b, R_b = q0 + 2.0 * p_b + p_bb, R0 - 2.0 * l_b + g_bb              # b only
+    q_ab, R_ab = q_a + 2.0 * (p_b + p_ab) + p_bb, R_a - 2.0 * (l_b - g_ab) + g_bb   # both
+    half_d, log1p = 0.5 * d, math.log1p
+    return [in_a + out_b - half_d * log1p(q_a) - R_a / (two_var * (1.0 + q_a)),
+            out_a + in_b - half_d * log1p(q_b) - R_b / (two_var * (1.0 + q_b)),
+            in_a + in_b - half_d * log1p(q_ab) - R_ab / (two_var * (1.0 + q_ab))]
+
+
+@lru_cache(maxsize=8)
+def _log_fractions(n: int) -> tuple[list[float], list[float]]:
+    """log(m / N) and log(1 - m / N) for m = 0..N (-inf at the ends): the IBP odds of a split's rows
+    (read only; cached per N)."""
+    inside = [math.log(m / n) if m else -math.inf for m in range(n + 1)]
+    outside = [math.log(1.0 - m / n) if m < n else -math.inf for m in range(n + 1)]
+    return inside, outside
 
 
 def _reassign(SM: np.ndarray, v: np.ndarray, c: float, z: np.ndarray, cols: tuple[int, int],
