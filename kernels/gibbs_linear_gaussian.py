@@ -44,8 +44,7 @@ import numpy as np
 from scipy.linalg.lapack import dpotrf, dpotrs
 from scipy.special import gammaln
 
-from .ibp_prior import (categorical_index, categorical_weights, ibp_log_prob, new_feature_log_prior,
-                        sample_alpha, sample_categorical_log)
+from .ibp_prior import categorical_index, categorical_weights, ibp_log_prob, new_feature_log_prior, sample_alpha
 
 
 @dataclass(frozen=True)
@@ -149,16 +148,10 @@ def _update(SM: np.ndarray, v: np.ndarray, c: float, sign: float) -> None:
     SM -= np.multiply.outer(v[:SM.shape[0]] * (sign / c), v)
 
 
-def _rank_one(SM: np.ndarray, z: np.ndarray, x: np.ndarray, sign: float) -> tuple[np.ndarray, np.ndarray, float]:
-    """Add (sign = +1) or remove (sign = -1) the observation (z, x) from [W^{-1} | M] (RLS update).
-
-    Updates SM in place and returns it, v = [W^{-1} z | z M - x] and c = 1 + sign z W^{-1} z, both taken
-    before the update.
-    """
+def _add_row(SM: np.ndarray, z: np.ndarray, x: np.ndarray) -> None:
+    """Add the observation (z, x) to [W^{-1} | M] in place (one rank-one RLS update, ``_update``)."""
     v = _row_vector(SM, z, x)
-    c = 1.0 + sign * float(v[:z.size].dot(z))
-    _update(SM, v, c, sign)
-    return SM, v, c
+    _update(SM, v, 1.0 + float(v[:z.size].dot(z)), 1.0)
 
 
 def _refresh(sw: _Sweep) -> None:
@@ -278,7 +271,7 @@ def _gibbs_row(i: int, sw: _Sweep) -> None:
             z, ml = np.pad(z, (0, len(sw.m) - k)), ml + [0.0] * (len(sw.m) - k)
             free = [f for f, mk in enumerate(ml) if mk == 0.0]
         z[free[:n_new]] = 1.0
-    sw.SM = _rank_one(sw.SM, z, x, 1.0)[0]
+    _add_row(sw.SM, z, x)
     sw.Z[i] = z
     sw.m = [mk + zk for mk, zk in zip(ml, z.tolist())]
     _refresh(sw)
