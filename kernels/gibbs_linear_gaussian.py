@@ -13,8 +13,9 @@ so for each feature with m_{-i,k} > 0 the two values of z_ik are compared with s
 of q and of the squared predictive residual |x_i - z_i M_{-i}|^2 (O(K) per feature), under the
 prior odds m_{-i,k} : (N - m_{-i,k}). Features only row i uses are then replaced by K_new new ones drawn
 from the truncated posterior Poisson(K_new; alpha/N) N(x_i; z_i M_{-i}, (sigma_X^2 (1 + q) +
-K_new sigma_A^2) I). [W^{-1} | W^{-1} Z^T X] is kept as one K x (K + D) array, and removing or
-adding row i is one rank-one (Sherman-Morrison / RLS) update of it.
+K_new sigma_A^2) I). [W^{-1} | W^{-1} Z^T X] of all rows is kept as one K x (K + D) array; the
+quantities of row i left out follow from it by Sherman-Morrison without changing it, and removing
+and re-adding row i (one rank-one RLS update each) happens only when z_i changes.
 
 Inside a sweep Z has spare all-zero columns; they do not change p(X | Z) (each contributes
 sigma_X^D sigma_A^-D r^{-D/2} = 1 to eq. 6) and give new features a place without reallocation.
@@ -33,14 +34,17 @@ the same draw of A (an exact data-augmentation step; SPEC 1 masks).
 from __future__ import annotations
 
 import math
+import operator
 from dataclasses import dataclass, replace
+from functools import lru_cache
+from itertools import compress
 from typing import Iterable
 
 import numpy as np
-from scipy.linalg import cho_factor, cho_solve
+from scipy.linalg.lapack import dpotrf, dpotrs
 from scipy.special import gammaln
 
-from .ibp_prior import ibp_log_prob, new_feature_log_prior, sample_alpha, sample_categorical_log
+from .ibp_prior import categorical_index, categorical_weights, ibp_log_prob, new_feature_log_prior, sample_alpha
 
 
 @dataclass(frozen=True)
@@ -70,12 +74,21 @@ FIXED = LGHyperPrior(None, None, None)
 
 def feature_posterior(Z: np.ndarray, X: np.ndarray, sigma_x: float,
                       sigma_a: float) -> tuple[np.ndarray, np.ndarray, float]:
-    """W^{-1}, posterior mean W^{-1} Z^T X of A, and log|W|, W = Z^T Z + sigma_X^2/sigma_A^2 I (eq. 6)."""
+    """W^{-1}, posterior mean W^{-1} Z^T X of A, and log|W|, W = Z^T Z + sigma_X^2/sigma_A^2 I (eq. 6).
+
+    By the upper Cholesky factor of W (LAPACK potrf / potrs, called directly: the small matrices here
+    make scipy.linalg.cho_factor's checks cost more than the factorisation).
+    """
     Zf = np.asarray(Z, np.float64)
-    W = Zf.T @ Zf + (sigma_x / sigma_a) ** 2 * np.eye(Zf.shape[1])
-    factor = cho_factor(W)
-    W_inv = cho_solve(factor, np.eye(W.shape[0]))
-    return W_inv, W_inv @ (Zf.T @ X), 2.0 * float(np.log(np.diag(factor[0])).sum())
+    k = Zf.shape[1]
+    if k == 0:
+        return np.zeros((0, 0)), np.zeros((0, X.shape[1])), 0.0
+    W = Zf.T @ Zf + (sigma_x / sigma_a) ** 2 * np.eye(k)
+    factor, info = dpotrf(W, lower=0, clean=0, overwrite_a=1)
+    if info:
+        raise np.linalg.LinAlgError(f"W is not positive definite (potrf info {info})")
+    W_inv, _ = dpotrs(factor, np.eye(k), lower=0, overwrite_b=1)
+    return W_inv, W_inv @ (Zf.T @ X), 2.0 * float(np.log(np.diag(factor)).sum())
 
 
 def collapsed_log_likelihood(X: np.ndarray, Z: np.ndarray, sigma_x: float, sigma_a: float,
@@ -109,117 +122,183 @@ class _Sweep:
 
     X: np.ndarray
     Z: np.ndarray          # (N, Kc) float64 with spare zero columns
-    m: np.ndarray          # (Kc,) column counts
-    SM: np.ndarray         # (Kc, Kc + D): [W^{-1} | W^{-1} Z^T X]
+    m: list[float]         # (Kc,) column counts
+    SM: np.ndarray         # (Kc, Kc + D): [W^{-1} | W^{-1} Z^T X] of all rows
+    M: np.ndarray          # the view SM[:, Kc:]
+    diag: list[float]      # diagonal of W^{-1}
+    norms: list[float]     # |M_k|^2 of the rows of M = W^{-1} Z^T X
     var_x: float
     var_a: float
     log_prior_new: list[float]
+    new_var: list[float]   # j sigma_A^2 for K_new = j = 0..max_new
+    log_odds_off: dict[float, float]   # -log(m / (N - m)) for m = 1..N-1: prior log odds of z_ik = 0
     rng: np.random.Generator
 
 
-def _rank_one(SM: np.ndarray, z: np.ndarray, x: np.ndarray, sign: float) -> tuple[np.ndarray, np.ndarray, float]:
-    """Add (sign = +1) or remove (sign = -1) the observation (z, x) from [W^{-1} | M] (RLS update).
-
-    Updates SM in place and returns it, v = [W^{-1} z | z M - x] and c = 1 + sign z W^{-1} z, both taken
-    before the update.
-    """
-    k = z.size
-    v = z @ SM
-    v[k:] -= x
-    c = 1.0 + sign * (v[:k] @ z)
-    SM -= (v[:k] * (sign / c))[:, None] * v
-    return SM, v, c
+def _row_vector(SM: np.ndarray, z: np.ndarray, x: np.ndarray) -> np.ndarray:
+    """v = [W^{-1} z^T | z M - x] for the observation (z, x) and SM = [W^{-1} | M]."""
+    v = z.dot(SM)
+    v[z.size:] -= x
+    return v
 
 
-def _sample_existing(z: np.ndarray, m_minus: np.ndarray, P: np.ndarray, Mi: np.ndarray, Pz: np.ndarray,
-                     r: np.ndarray, q: float, sw: _Sweep) -> tuple[float, float]:
-    """Gibbs on z_ik for the features in use, in place (module docstring).
+def _update(SM: np.ndarray, v: np.ndarray, c: float, sign: float) -> None:
+    """SM -= sign / c (W^{-1} z^T) v in place: adds (sign = +1) or removes (sign = -1) the observation
+    of v = ``_row_vector`` and c = 1 + sign z W^{-1} z^T (Sherman-Morrison / RLS update of [W^{-1} | M])."""
+    SM -= np.multiply.outer(v[:SM.shape[0]] * (sign / c), v)
+
+
+def _add_row(SM: np.ndarray, z: np.ndarray, x: np.ndarray) -> None:
+    """Add the observation (z, x) to [W^{-1} | M] in place (one rank-one RLS update, ``_update``)."""
+    v = _row_vector(SM, z, x)
+    _update(SM, v, 1.0 + float(v[:z.size].dot(z)), 1.0)
+
+
+def _refresh(sw: _Sweep) -> None:
+    """Recompute the caches that follow from sw.SM: the view M, the diagonal of W^{-1} and the |M_k|^2."""
+    sw.M = M = sw.SM[:, len(sw.m):]
+    sw.diag = sw.SM.diagonal().tolist()
+    sw.norms = np.einsum("kd,kd->k", M, M).tolist()
+
+
+def _visit_order(zl: list[float], ml: list[float]) -> list[int]:
+    """The features ``_sample_existing`` visits, in order: those of other rows (m_{-i,k} > 0), then
+    row i's singletons (z_ik = 1, m_{-i,k} = 0)."""
+    kc = range(len(ml))
+    return list(compress(kc, ml)) + list(compress(kc, map(operator.gt, zl, ml)))
+
+
+def _sample_existing(zl: list[float], ml: list[float], used: list[int], u: list[float],
+                     al: list[float], b: np.ndarray, c: float, sw: _Sweep) -> tuple[float, float]:
+    """Gibbs on z_ik for the features ``used`` (``_visit_order``), in place (module docstring).
 
     With the predictive residual r = x_i - z_i M_{-i}, R = |r|^2 and q = z_i P z_i^T,
     log p(X | Z) = -D/2 log(1 + q) - R / (2 sigma_X^2 (1 + q)) + const; the prior odds are
     m_{-i,k} / (N - m_{-i,k}). Row i's singletons (m_{-i,k} = 0) stay in the likelihood while the
     other features are updated (a Gibbs step on those given the singletons) and are then switched
-    off, to be replaced in ``_sample_new``. Pz = P z_i^T is updated in place; returns the final (q, R).
+    off, to be replaced in ``_sample_new``. zl and ml are z_i and m_{-i} as lists (zl is updated in
+    place), u one uniform per feature of ``used``. For each feature, (q, R) of z_i with z_ik flipped
+    follow from the current ones by O(1) updates. Returns the final (q, R).
+
+    Row i is left out without changing sw.SM (Sherman-Morrison): with a = W^{-1} z_i^T (``al``),
+    b = z_i M - x_i and c = 1 - z_i a, P = W^{-1} + a a^T / c and M_{-i} = M + a b^T / c, so
+    P z_i^T = a / c, q = (1 - c) / c, r = -b / c, (M_{-i} r)_k = -(M_k b + a_k |b|^2 / c) / c,
+    |M_{-i,k}|^2 = |M_k|^2 + a_k (2 M_k b + a_k |b|^2 / c) / c and P_kk = W^{-1}_kk + a_k^2 / c.
+    Until a z_ik changes, (P z_i^T)_k and (M_{-i} r)_k are taken from these formulas feature by
+    feature; after a change they are kept as lists.
     """
-    n, d = sw.X.shape
-    half_d, two_var = 0.5 * d, 2.0 * sw.var_x
-    R = float(r @ r)
-    rM = (Mi @ r).tolist()
-    norms = np.einsum("kd,kd->k", Mi, Mi).tolist()
-    diag = P.diagonal().tolist()
-    zl, ml = z.tolist(), m_minus.tolist()
-    # Features of other rows first, with row i's singletons still in the likelihood; then the
-    # singletons are switched off (the block they form is redrawn by ``_sample_new``).
-    used = [k for k, mk in enumerate(ml) if mk] + [k for k, (mk, zk) in enumerate(zip(ml, zl)) if zk and not mk]
-    for k, u in zip(used, sw.rng.random(len(used)).tolist()):
-        zk, pkk, nk = zl[k], diag[k], norms[k]
-        pk = float(Pz[k]) - zk * pkk
-        rk = rM[k] + zk * nk                    # (M_{-i} r)_k with z_ik = 0
-        q0, R0 = q - zk * (2.0 * pk + pkk), R + zk * (2.0 * rM[k] + nk)
-        q1, R1 = q0 + 2.0 * pk + pkk, R0 - 2.0 * rk + nk
+    half_d, two_var = 0.5 * sw.X.shape[1], 2.0 * sw.var_x
+    log_odds_off, diag, norms = sw.log_odds_off, sw.diag, sw.norms
+    M = sw.M
+    Mb = M.dot(b).tolist()
+    bb = float(b.dot(b))
+    q, R = (1.0 - c) / c, bb / (c * c)
+    log_q, fit = math.log1p(q), R / (1.0 + q)
+    pz = rM = r = None
+    for k, uk in zip(used, u):
+        zk, ak = zl[k], al[k]
+        pkk = diag[k] + ak * ak / c                             # P_kk
+        nk = norms[k] + ak * (2.0 * Mb[k] + ak * bb / c) / c    # |M_{-i,k}|^2
+        pk = (ak / c if pz is None else pz[k]) - zk * pkk       # (P z_i^T)_k with z_ik = 0
+        rk = (-(Mb[k] + ak * bb / c) / c if rM is None else rM[k]) + zk * nk   # (M_{-i} r)_k with z_ik = 0
+        step = 1.0 - 2.0 * zk                                   # +1 switches z_ik on, -1 off
+        q_flip, R_flip = q + step * (2.0 * pk + pkk), R - step * (2.0 * rk - nk)
+        log_q_flip, fit_flip = math.log1p(q_flip), R_flip / (1.0 + q_flip)
         mk = ml[k]
-        on = mk > 0 and u * (1.0 + math.exp(min(700.0, -math.log(mk / (n - mk))
-                                                + half_d * (math.log1p(q1) - math.log1p(q0))
-                                                + (R1 / (1.0 + q1) - R0 / (1.0 + q0)) / two_var))) < 1.0
+        # log p(z_ik = 0 | rest) - log p(z_ik = 1 | rest), then z_ik = 1 with probability 1 / (1 + exp of it)
+        on = mk > 0 and uk * (1.0 + math.exp(min(700.0, log_odds_off[mk] + step * (
+            half_d * (log_q_flip - log_q) + (fit_flip - fit) / two_var)))) < 1.0
         if on != zk:
+            q, R, log_q, fit = q_flip, R_flip, log_q_flip, fit_flip
             delta = 1.0 if on else -1.0
-            z[k] = zl[k] = float(on)
-            Pz += delta * P[:, k]
-            r -= delta * Mi[k]
-            rM = (Mi @ r).tolist()
-        q, R = (q1, R1) if on else (q0, R0)
+            zl[k] = float(on)
+            pz = [(aj / c if pz is None else pz[j]) + delta * (w + aj * ak / c)
+                  for j, (w, aj) in enumerate(zip(sw.SM[:, k].tolist(), al))]
+            r = (b / -c if r is None else r) - delta * (M[k] + (ak / c) * b)
+            br = float(b.dot(r))
+            rM = [mr + aj * br / c for mr, aj in zip(M.dot(r).tolist(), al)]
     return q, R
 
 
-def _sample_new(q: float, sq_resid: float, sw: _Sweep) -> int:
+def _sample_new(q: float, sq_resid: float, u: float, sw: _Sweep) -> int:
     """K_new from the truncated Poisson(alpha/N) x N(x_i; z_i M_{-i}, (sigma_X^2 (1+q) + K_new sigma_A^2) I)
-    posterior (SPEC 3.4); q and sq_resid are those of z_i without its singletons."""
-    d = sw.X.shape[1]
-    var = [sw.var_x * (1.0 + q) + j * sw.var_a for j in range(len(sw.log_prior_new))]
-    return sample_categorical_log([lp - 0.5 * (d * math.log(v) + sq_resid / v)
-                                   for lp, v in zip(sw.log_prior_new, var)], sw.rng)
+    posterior (SPEC 3.4), by inverting the uniform u; q and sq_resid are those of z_i without its singletons."""
+    d, log = sw.X.shape[1], math.log
+    base = sw.var_x * (1.0 + q)
+    _, weights, total = categorical_weights([lp - 0.5 * (d * log(v := base + extra) + sq_resid / v)
+                                             for lp, extra in zip(sw.log_prior_new, sw.new_var)])
+    return categorical_index(weights, total, u)
 
 
 def _grow(sw: _Sweep, extra: int) -> None:
     """Add ``extra`` zero columns to Z (prior block sigma_A^2/sigma_X^2 I in W^{-1}, zero rows in M)."""
-    k, d = sw.m.size, sw.X.shape[1]
+    k, d = len(sw.m), sw.X.shape[1]
     SM = np.zeros((k + extra, k + extra + d))
     SM[:k, :k], SM[:k, k + extra:] = sw.SM[:, :k], sw.SM[:, k:]
     SM[k:, k:k + extra] = (sw.var_a / sw.var_x) * np.eye(extra)
     sw.SM = SM
     sw.Z = np.pad(sw.Z, [(0, 0), (0, extra)])
-    sw.m = np.pad(sw.m, (0, extra))
+    sw.m = sw.m + [0.0] * extra
 
 
 def _gibbs_row(i: int, sw: _Sweep) -> None:
-    """Resample row i of Z given the others (module docstring), updating the sweep caches."""
+    """Resample row i of Z given the others (module docstring), updating the sweep caches.
+
+    The uniforms of the row (one per visited feature, then one for K_new) are drawn in one call,
+    the same stream as drawing them one at a time. [W^{-1} | M] is updated (row i removed, then
+    added with its new z_i) only when z_i changes.
+    """
     x = sw.X[i]
-    z = sw.Z[i].copy()
-    k = z.size
-    sw.SM, v, c = _rank_one(sw.SM, z, x, -1.0)
-    m_minus = sw.m - z
-    # Row i removed: P z^T = W^{-1} z^T / c, q = (1 - c) / c, residual x - z M_{-i} = -(z M - x) / c.
-    q, R = _sample_existing(z, m_minus, sw.SM[:, :k], sw.SM[:, k:], v[:k] / c, v[k:] / -c, (1.0 - c) / c, sw)
-    n_new = _sample_new(q, R, sw)
+    zi = sw.Z[i]
+    k = zi.size
+    v = _row_vector(sw.SM, zi, x)
+    al = v[:k].tolist()
+    zl = zi.tolist()
+    c = 1.0 - sum(compress(al, zl))
+    ml = list(map(operator.sub, sw.m, zl))
+    used = _visit_order(zl, ml)
+    u = sw.rng.random(len(used) + 1).tolist()
+    q, R = _sample_existing(zl, ml, used, u, al, v[k:], c, sw)
+    n_new = _sample_new(q, R, u[-1], sw)
+    if not n_new and zl == zi.tolist():
+        return
+    _update(sw.SM, v, c, -1.0)
+    z = np.array(zl)
     if n_new:
-        free = np.flatnonzero(m_minus == 0)
-        if free.size < n_new:
+        free = [f for f, mk in enumerate(ml) if mk == 0.0]
+        if len(free) < n_new:
             _grow(sw, len(sw.log_prior_new))
-            z, m_minus = np.pad(z, (0, sw.m.size - k)), np.pad(m_minus, (0, sw.m.size - k))
-            free = np.flatnonzero(m_minus == 0)
+            z, ml = np.pad(z, (0, len(sw.m) - k)), ml + [0.0] * (len(sw.m) - k)
+            free = [f for f, mk in enumerate(ml) if mk == 0.0]
         z[free[:n_new]] = 1.0
-    sw.SM = _rank_one(sw.SM, z, x, 1.0)[0]
+    _add_row(sw.SM, z, x)
     sw.Z[i] = z
-    sw.m = m_minus + z
+    sw.m = [mk + zk for mk, zk in zip(ml, z.tolist())]
+    _refresh(sw)
+
+
+@lru_cache(maxsize=8)
+def _log_odds_off(n: int) -> dict[float, float]:
+    """-log(m / (N - m)) for m = 1..N-1, keyed by float(m): the prior log odds of z_ik = 0 given m_{-i,k} = m
+    (read only; cached per N)."""
+    return {float(m): -math.log(m / (n - m)) for m in range(1, n)}
 
 
 def _start_sweep(X: np.ndarray, state: LGGibbsState, max_new: int, rng: np.random.Generator) -> _Sweep:
     """Caches for a sweep: Z with max_new spare columns, counts, and [W^{-1} | M] from scratch."""
-    Z = np.pad(np.asarray(state.Z, np.float64), [(0, 0), (0, max_new)])
+    n, k = state.Z.shape
+    Z = np.zeros((n, k + max_new))
+    Z[:, :k] = state.Z
     W_inv, M, _ = feature_posterior(Z, X, state.sigma_x, state.sigma_a)
-    return _Sweep(X=X, Z=Z, m=Z.sum(axis=0), SM=np.hstack([W_inv, M]), var_x=state.sigma_x ** 2,
-                  var_a=state.sigma_a ** 2,
-                  log_prior_new=new_feature_log_prior(X.shape[0], state.alpha, max_new).tolist(), rng=rng)
+    var_a = state.sigma_a ** 2
+    SM = np.hstack([W_inv, M])
+    sw = _Sweep(X=X, Z=Z, m=Z.sum(axis=0).tolist(), SM=SM, M=SM[:, Z.shape[1]:], diag=[], norms=[],
+                var_x=state.sigma_x ** 2, var_a=var_a,
+                log_prior_new=new_feature_log_prior(n, state.alpha, max_new).tolist(),
+                new_var=[j * var_a for j in range(max_new + 1)],
+                log_odds_off=_log_odds_off(n), rng=rng)
+    _refresh(sw)
+    return sw
 
 
 def gibbs_rows(X: np.ndarray, state: LGGibbsState, rows: Iterable[int], max_new: int,
@@ -229,15 +308,82 @@ def gibbs_rows(X: np.ndarray, state: LGGibbsState, rows: Iterable[int], max_new:
     sw = _start_sweep(X, state, max_new, rng)
     for i in rows:
         _gibbs_row(int(i), sw)
-    return sw.Z[:, sw.m > 0] > 0
+    return sw.Z[:, np.array(sw.m) > 0] > 0
 
 
-_OPTIONS = ((1, 0), (0, 1), (1, 1))   # a row of a split feature in a only, b only or both
+_OPTIONS = ((1, 0), (0, 1), (1, 1))   # a row of a split feature in a only, b only or both (``_option_log_weights``)
 
 
 def _log_feature_prior(m: np.ndarray, n: int) -> float:
     """sum_k log[(N - m_k)! (m_k - 1)! / N!], the per-feature factor of eq. 2."""
     return float(np.sum(gammaln(n - m + 1) + gammaln(m) - gammaln(n + 1)))
+
+
+def _option_log_weights(SM: np.ndarray, v: np.ndarray, c: float, cols: tuple[int, int], m_a: float, m_b: float,
+                        n: int, two_var: float) -> list[float]:
+    """Unnormalised log probabilities of the ``_OPTIONS`` of one row in ``_allocate``.
+
+    SM = [W^{-1} | M] includes the row as z (a and b off), v is its ``_row_vector`` and c = 1 - z W^{-1} z^T.
+    The row is left out by Sherman-Morrison as in ``_sample_existing``: with w = W^{-1} z^T and
+    b = z M - x, P = W^{-1} + w w^T / c and M_{-r} = M + w b^T / c, so q_0 = (1 - c) / c, R_0 = |b|^2 / c^2,
+    p = (P z^T)_{a,b} = w_{a,b} / c, l = M_{-r,{a,b}} r with r = -b / c, and G = M_{-r,{a,b}} M_{-r,{a,b}}^T.
+    Option delta gives q = q_0 + 2 delta p + delta P_{ab} delta^T and R = R_0 - 2 delta l + delta G delta^T;
+    its IBP odds are (m_a / N or 1 - m_a / N) (m_b / N or 1 - m_b / N) (``_log_fractions``).
+    """
+    k = SM.shape[0]
+    a, b = cols
+    d = SM.shape[1] - k
+    resid = v[k:]
+    Mab = SM[[a, b], k:]
+    mb_a, mb_b = Mab.dot(resid).tolist()
+    (G_aa, G_ab), (_, G_bb) = Mab.dot(Mab.T).tolist()
+    bb = float(resid.dot(resid))
+    w_a, w_b = v.item(a), v.item(b)
+    q0, R0 = (1.0 - c) / c, bb / (c * c)
+    p_a, p_b = w_a / c, w_b / c
+    p_aa, p_ab, p_bb = SM.item(a, a) + w_a * w_a / c, SM.item(a, b) + w_a * w_b / c, SM.item(b, b) + w_b * w_b / c
+    l_a, l_b = -(mb_a + w_a * bb / c) / c, -(mb_b + w_b * bb / c) / c
+    g_aa = G_aa + w_a * (2.0 * mb_a + w_a * bb / c) / c
+    g_bb = G_bb + w_b * (2.0 * mb_b + w_b * bb / c) / c
+    g_ab = G_ab + (w_a * mb_b + w_b * mb_a + w_a * w_b * bb / c) / c
+    log_in, log_out = _log_fractions(n)
+    in_a, out_a, in_b, out_b = log_in[int(m_a)], log_out[int(m_a)], log_in[int(m_b)], log_out[int(m_b)]
+    q_a, R_a = q0 + 2.0 * p_a + p_aa, R0 - 2.0 * l_a + g_aa              # a only
+    q_b, R_b = q0 + 2.0 * p_b + p_bb, R0 - 2.0 * l_b + g_bb              # b only
+    q_ab, R_ab = q_a + 2.0 * (p_b + p_ab) + p_bb, R_a - 2.0 * (l_b - g_ab) + g_bb   # both
+    half_d, log1p = 0.5 * d, math.log1p
+    return [in_a + out_b - half_d * log1p(q_a) - R_a / (two_var * (1.0 + q_a)),
+            out_a + in_b - half_d * log1p(q_b) - R_b / (two_var * (1.0 + q_b)),
+            in_a + in_b - half_d * log1p(q_ab) - R_ab / (two_var * (1.0 + q_ab))]
+
+
+@lru_cache(maxsize=8)
+def _log_fractions(n: int) -> tuple[list[float], list[float]]:
+    """log(m / N) and log(1 - m / N) for m = 0..N (-inf at the ends): the IBP odds of a split's rows
+    (read only; cached per N)."""
+    inside = [math.log(m / n) if m else -math.inf for m in range(n + 1)]
+    outside = [math.log(1.0 - m / n) if m < n else -math.inf for m in range(n + 1)]
+    return inside, outside
+
+
+def _reassign(SM: np.ndarray, v: np.ndarray, c: float, z: np.ndarray, cols: tuple[int, int],
+              delta: tuple[int, int]) -> None:
+    """Update SM = [W^{-1} | M] in place for a row whose z gained delta = (delta_a, delta_b) in columns cols.
+
+    v and c are the row's ``_row_vector`` and 1 - z W^{-1} z^T before the change, z the row after it.
+    The row is removed (SM + w v / c, w = W^{-1} z^T) and added back with z' = z + delta, whose vector
+    against the removed SM is v' = v (1 + delta w_{a,b}) / c + delta SM_{a,b} (two rank-one RLS updates).
+    """
+    a, b = cols
+    da, db = delta
+    v_new = v * ((1.0 + da * v.item(a) + db * v.item(b)) / c)
+    if da:
+        v_new += SM[a]
+    if db:
+        v_new += SM[b]
+    c_new = 1.0 + float(v_new[:SM.shape[0]].dot(z))
+    _update(SM, v, c, -1.0)
+    _update(SM, v_new, c_new, 1.0)
 
 
 def _allocate(X: np.ndarray, Z: np.ndarray, cols: tuple[int, int], rows: np.ndarray, sigma_x: float,
@@ -250,41 +396,32 @@ def _allocate(X: np.ndarray, Z: np.ndarray, cols: tuple[int, int], rows: np.ndar
     z_r) with probability proportional to the IBP odds of the current counts, (m_a / N or
     1 - m_a / N) (m_b / N or 1 - m_b / N), times the predictive density of x_r given the rows
     allocated so far (module docstring), from q and the residual of z_r without a and b by the
-    same scalar updates as in ``_sample_existing``. With ``given`` (one option index per row) the
-    allocation is scored instead of drawn. Returns log q, the log probability of the allocation.
+    same scalar updates as in ``_sample_existing`` (``_option_log_weights``). With ``given`` (one
+    option index per row) the allocation is scored instead of drawn (one uniform per row
+    otherwise). Returns log q, the log probability of the allocation.
     """
-    n, d = X.shape
+    n = X.shape[0]
     k = Z.shape[1]
     a, b = cols
     two_var = 2.0 * sigma_x ** 2
     W_inv, M, _ = feature_posterior(Z, X, sigma_x, sigma_a)
     SM = np.hstack([W_inv, M])
     m_a, m_b = float(Z[:, a].sum()), float(Z[:, b].sum())
-    idx = [a, b]
+    choices = given.tolist() if given is not None else None
+    uniforms = rng.random(rows.size).tolist() if given is None else None
     log_q = 0.0
     for t, r in enumerate(rows.tolist()):
-        x = X[r]
-        SM, v, c = _rank_one(SM, Z[r], x, -1.0)
-        # row r removed: P z^T = W^{-1} z^T / c, q = (1 - c) / c, residual x - z M_{-r} = -(z M - x) / c
-        q0, resid = (1.0 - c) / c, v[k:] / -c
-        Mab = SM[idx, k:]
-        (p_a, p_b), (p_aa, p_ab, p_bb) = (v[idx] / c).tolist(), (SM[a, a], SM[a, b], SM[b, b])
-        (l_a, l_b), ((g_aa, g_ab), (_, g_bb)) = (Mab @ resid).tolist(), (Mab @ Mab.T).tolist()
-        R0 = float(resid @ resid)
-        log_w = []
-        for (da, db) in _OPTIONS:
-            q = q0 + 2.0 * (da * p_a + db * p_b) + da * p_aa + db * p_bb + 2.0 * da * db * p_ab
-            R = R0 - 2.0 * (da * l_a + db * l_b) + da * g_aa + db * g_bb + 2.0 * da * db * g_ab
-            log_w.append(math.log(m_a / n if da else 1.0 - m_a / n) + math.log(m_b / n if db else 1.0 - m_b / n)
-                         - 0.5 * d * math.log1p(q) - R / (two_var * (1.0 + q)))
-        top = max(log_w)
-        log_norm = top + math.log(math.fsum(math.exp(w - top) for w in log_w))
-        choice = sample_categorical_log(log_w, rng) if given is None else int(given[t])
-        log_q += log_w[choice] - log_norm
+        z = Z[r]
+        v = _row_vector(SM, z, X[r])
+        c = 1.0 - float(v[:k].dot(z))
+        log_w = _option_log_weights(SM, v, c, cols, m_a, m_b, n, two_var)
+        top, weights, total = categorical_weights(log_w)
+        choice = categorical_index(weights, total, uniforms[t]) if choices is None else choices[t]
+        log_q += log_w[choice] - (top + math.log(total))
         da, db = _OPTIONS[choice]
-        Z[r, a], Z[r, b] = da, db
+        z[a], z[b] = da, db
         m_a, m_b = m_a + da, m_b + db
-        SM = _rank_one(SM, Z[r], x, 1.0)[0]
+        _reassign(SM, v, c, z, cols, (da, db))
     return log_q
 
 

@@ -199,20 +199,32 @@ def new_feature_log_prior(n_rows: int, alpha: float, max_new: int) -> np.ndarray
     return j * np.log(rate) - rate - gammaln(j + 1)
 
 
-def sample_categorical_log(log_p: Sequence[float], rng: np.random.Generator) -> int:
-    """Index drawn with probability proportional to exp(log_p): a truncated posterior (SPEC 3.4).
-
-    Plain Python, as the vectors are short (a handful of K_new values) and this sits in the
-    Gibbs samplers' per-row loops.
-    """
+def categorical_weights(log_p: Sequence[float]) -> tuple[float, list[float], float]:
+    """(top, weights, total) of unnormalised log probabilities: top = max(log_p),
+    weights exp(log_p - top) and their exactly rounded sum (log normaliser = top + log total)."""
     top = max(log_p)
     weights = [math.exp(v - top) for v in log_p]
-    u = rng.random() * math.fsum(weights)
+    return top, weights, math.fsum(weights)
+
+
+def categorical_index(weights: Sequence[float], total: float, u: float) -> int:
+    """Index j with probability weights[j] / total, by inverting the uniform u in [0, 1)."""
+    u *= total
     for j, w in enumerate(weights):
         u -= w
         if u < 0.0:
             return j
     return len(weights) - 1
+
+
+def sample_categorical_log(log_p: Sequence[float], rng: np.random.Generator) -> int:
+    """Index drawn with probability proportional to exp(log_p): a truncated posterior (SPEC 3.4).
+
+    Plain Python, as the vectors are short (a handful of K_new values) and this sits in the
+    Gibbs samplers' per-row loops; one uniform of ``rng``.
+    """
+    _, weights, total = categorical_weights(log_p)
+    return categorical_index(weights, total, rng.random())
 
 
 def sample_alpha(k_plus: int, n_rows: int, shape: float, rate: float, rng: np.random.Generator) -> float:

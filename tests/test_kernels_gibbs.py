@@ -99,6 +99,45 @@ def test_split_merge_moves_leave_the_exact_posterior_invariant():
     assert total_variation(exact, after) < total_variation(exact, before) + 0.01
 
 
+def test_split_allocation_weights_are_the_ibp_odds_times_the_eq6_predictive():
+    """The weights of a row's split options (row left out by Sherman-Morrison from [W^{-1} | M] with the row
+    in) differ between options exactly as log of the IBP odds plus eq. 6 of the whole matrix with the option."""
+    rng = np.random.default_rng(3)
+    n, sx, sa, cols, r = 8, 0.6, 1.3, (1, 3), 3
+    X = rng.normal(size=(n, 5))
+    Z = (rng.random((n, 4)) < 0.5).astype(float)
+    Z[r, list(cols)] = 0.0
+    m_a, m_b = Z[:, cols[0]].sum(), Z[:, cols[1]].sum()
+    assert 0 < m_a < n - 1 and 0 < m_b < n - 1 and Z[r].sum() == 2   # the row has other features
+    W_inv, M, _ = lg.feature_posterior(Z, X, sx, sa)
+    SM = np.hstack([W_inv, M])
+    v = lg._row_vector(SM, Z[r], X[r])
+    log_w = lg._option_log_weights(SM, v, 1.0 - float(v[:4] @ Z[r]), cols, m_a, m_b, n, 2 * sx ** 2)
+    expected = []
+    for da, db in lg._OPTIONS:
+        option = Z.copy()
+        option[r, list(cols)] = da, db
+        expected.append(np.log(m_a / n if da else 1 - m_a / n) + np.log(m_b / n if db else 1 - m_b / n)
+                        + lg.collapsed_log_likelihood(X, option, sx, sa))
+    assert np.diff(log_w) == pytest.approx(np.diff(expected), abs=1e-9)
+
+
+def test_gibbs_rows_keep_the_cached_posterior_of_their_z():
+    """Rows change, features are born and die, and [W^{-1} | M] is updated only when a row changes: after two
+    passes it, its diagonal, its row norms and the counts are those of the final Z from scratch."""
+    rng = np.random.default_rng(0)
+    X = image_data(rng, n_rows=30).X
+    sw = lg._start_sweep(X, lg.LGGibbsState(np.zeros((30, 0), bool), 1.0, 0.5, 1.0), 6, rng)
+    for i in list(range(30)) * 2:
+        lg._gibbs_row(i, sw)
+    W_inv, M, _ = lg.feature_posterior(sw.Z, X, 0.5, 1.0)
+    assert sw.Z.sum() > 30
+    assert sw.SM == pytest.approx(np.hstack([W_inv, M]), abs=1e-9)
+    assert sw.diag == pytest.approx(np.diag(W_inv), abs=1e-9)
+    assert sw.norms == pytest.approx(np.sum(M ** 2, axis=1), abs=1e-9)
+    assert sw.m == sw.Z.sum(axis=0).tolist()
+
+
 def test_lg_gibbs_with_missing_entries_matches_exact_class_posterior():
     """Missing entries are imputed each sweep; the class posterior is that of the observed entries."""
     rng = np.random.default_rng(1)
