@@ -139,6 +139,20 @@ def engine_alternation(driver: IMFDriver) -> float:
 
 
 @contextlib.contextmanager
+def cluster(mmap_threshold: int | None) -> Iterator[Any]:
+    """The LocalCluster ``buffet fit imf --workers 2`` starts (2 single-threaded worker processes); with
+    ``mmap_threshold`` its workers also get glibc's MALLOC_MMAP_THRESHOLD_ (a trial of an engine setting:
+    the engine's MALLOC_TRIM_THRESHOLD_ fixes the mmap threshold at 128 KiB, so every temporary array above
+    it is mapped afresh and page-faults on first use)."""
+    import dask
+
+    environ = {} if mmap_threshold is None else {
+        "distributed.nanny.pre-spawn-environ.MALLOC_MMAP_THRESHOLD_": str(mmap_threshold)}
+    with dask.config.set(environ), dask_client(WORKERS, dashboard=False, quiet=True) as client:
+        yield client
+
+
+@contextlib.contextmanager
 def blas_threads(threads: int | None) -> Iterator[None]:
     """BLAS as the process has it (None: OpenBLAS's default, one thread per core) or on one thread."""
     with single_threaded_blas() if threads == 1 else contextlib.nullcontext():
@@ -246,8 +260,8 @@ def compare(args: argparse.Namespace, base: dict) -> None:
     whole = one_chunk(chunks)
     nu0 = random_nu(args.rows, args.k, args.seed)
     common = {**base, "stage": "compare", "rows": args.rows, "cols": args.cols, "k": args.k, "steps": args.steps,
-              "chunk_rows": args.chunk_rows}
-    with PeakMemory() as tree, dask_client(WORKERS, dashboard=False, quiet=True) as client:
+              "chunk_rows": args.chunk_rows, "worker_mmap_threshold": args.mmap_threshold}
+    with PeakMemory() as tree, cluster(args.mmap_threshold) as client:
         engine = Engine(client)
         drivers = {m: IMFDriver(fixed_k_config(m, args.k, args.chunk_rows), source_of(str(store)), engine)
                    for m in args.models.split(",")}
@@ -367,8 +381,8 @@ def profile(args: argparse.Namespace, base: dict) -> None:
     chunks = load_chunks(store, args.chunk_rows)
     nu0 = random_nu(args.rows, args.k, args.seed)
     common = {**base, "stage": "profile", "rows": args.rows, "cols": args.cols, "k": args.k, "steps": args.steps,
-              "chunk_rows": args.chunk_rows}
-    with dask_client(WORKERS, dashboard=False, quiet=True) as client:
+              "chunk_rows": args.chunk_rows, "worker_mmap_threshold": args.mmap_threshold}
+    with cluster(args.mmap_threshold) as client:
         for model in args.models.split(","):
             config = fixed_k_config(model, args.k, args.chunk_rows)
             before = load_now()
@@ -407,6 +421,8 @@ def main() -> None:
     p.add_argument("--rounds", type=int, default=2)
     p.add_argument("--models", default="imf,inmf")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--mmap-threshold", type=int, default=None,
+                   help="compare, profile: also give the workers MALLOC_MMAP_THRESHOLD_=this many bytes (``cluster``)")
     p.add_argument("--results", default=str(Path(__file__).resolve().parent / "results.jsonl"))
     args = p.parse_args()
     small = args.what == "check"
