@@ -20,11 +20,14 @@ Subcommands (results: one JSON line each, printed and appended to benchmarks/res
   default BLAS threads or one) and of the driver on the LocalCluster ``buffet fit imf|inmf`` starts
   (2 single-threaded worker processes), for each model: wall and CPU seconds, load average, foreign load;
 * ``profile``: where an engine step goes (the client's pieces timed around the driver's engine calls,
-  the workers' task time by kind from Dask's task stream) against the plain loop's pieces.
+  the workers' task time by kind from Dask's task stream) against the plain loop's pieces;
+* ``kernel-steps``: the row step's cost along the alternations on a few chunks (``kernel_steps``: subnormal
+  products of q(z), page faults under the workers' malloc setting).
 
     python benchmarks/imf_engine_cost.py check --workdir /work/bench/imf
     python benchmarks/imf_engine_cost.py compare --workdir /work/bench/imf --models imf,inmf
     python benchmarks/imf_engine_cost.py profile --workdir /work/bench/imf --models imf,inmf
+    MALLOC_TRIM_THRESHOLD_=268435456 python benchmarks/imf_engine_cost.py kernel-steps --workdir /work/bench/imf
 """
 
 from __future__ import annotations
@@ -65,12 +68,13 @@ def fixed_k_config(model: str, k: int, chunk_rows: int) -> IMFConfig:
     return CONFIGS[model](max_k=k, chunk_rows=chunk_rows, tol=0.0, max_iter=10**9, select="none")
 
 
-def load_chunks(store: Path, chunk_rows: int) -> Chunks:
-    """The training rows of ``store`` as the engine's blocks hold them (``engine.dataset.dense_blocks``): X and
-    the entries training sees (observed, not in the ``heldout`` split), per chunk of ``chunk_rows``."""
+def load_chunks(store: Path, chunk_rows: int, n_rows: int | None = None) -> Chunks:
+    """The training rows of ``store`` (its first ``n_rows``, default all) as the engine's blocks hold them
+    (``engine.dataset.dense_blocks``): X and the entries training sees (observed, not in the ``heldout``
+    split), per chunk of ``chunk_rows``."""
     source = source_of(str(store))
     return [DenseRows(read_dense_chunk(source, r0, r1), read_seen_chunk(source, r0, r1, SPLIT, None))
-            for r0, r1 in row_ranges(source.open().n_rows, chunk_rows)]
+            for r0, r1 in row_ranges(n_rows or source.open().n_rows, chunk_rows)]
 
 
 def one_chunk(chunks: Chunks) -> Chunks:
@@ -362,15 +366,61 @@ def kernel_split(chunk: DenseRows, nu: np.ndarray, post: dict, repeats: int = 5)
              "sweep_rows": lambda: imf.sweep_rows(nu, b, g, log_pi - log_1mpi, eta_x),
              "chunk_stats": lambda: imf.chunk_stats(chunk.X, chunk.mask, nu),
              "row_step (all)": lambda: imf.row_step(chunk.X, chunk.mask, nu, post, swaps=True)}
-    out = {}
-    for name, fn in parts.items():
-        best = np.inf
-        for _ in range(repeats):
-            c0 = time.process_time()
-            fn()
-            best = min(best, time.process_time() - c0)
-        out[name] = round(1000 * best, 1)
-    return out
+    return {name: round(cpu_ms(fn, repeats), 1) for name, fn in parts.items()}
+
+
+SUBNORMAL_FLOOR = 1e-150  # nu_ik below this set to 0 in the trial of ``kernel_steps``: their products underflow
+
+
+def kernel_steps(args: argparse.Namespace, base: dict) -> None:
+    """The row step's cost on the first ``--probe-rows`` rows along ``--steps`` plain alternations from the
+    random start (one BLAS thread): CPU ms per chunk of ``row_task`` and ``chunk_stats``, minor page faults
+    per ``row_task``, the fraction of the products nu_ir nu_ik that are subnormal, and ``chunk_stats`` with
+    nu_ik below ``SUBNORMAL_FLOOR`` set to 0. Run it with the workers' MALLOC_TRIM_THRESHOLD_ in the
+    environment to see what that setting costs a row step."""
+    store = scale_store(args, base)
+    chunks = load_chunks(store, args.chunk_rows, args.probe_rows)
+    model = args.models.split(",")[0]
+    config = fixed_k_config(model, args.k, args.chunk_rows)
+    common = {**base, "stage": "kernel_steps", "model": model, "k": args.k, "rows": args.probe_rows,
+              "chunk_rows": args.chunk_rows, "malloc_env": malloc_env()}
+    with single_threaded_blas():
+        state = plain_start(config, chunks, random_nu(args.probe_rows, args.k, args.seed))
+        for step in range(1, args.steps + 1):
+            plain_alternation(config, chunks, state)
+            record(args.results, {**common, "step": step, **load_now(), **row_step_costs(chunks, state)})
+
+
+def row_step_costs(chunks: Chunks, state: PlainState) -> dict:
+    """``kernel_steps``'s figures at the current state (one BLAS thread)."""
+    import resource
+
+    faults = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+    row_ms = cpu_ms(lambda: [row_task(c, n, state.post) for c, n in zip(chunks, state.nu)]) / len(chunks)
+    faults = (resource.getrusage(resource.RUSAGE_SELF).ru_minflt - faults) / (3 * len(chunks))
+    c, nu = chunks[0], state.nu[0]
+    outer = nu[:, :, None] * nu[:, None, :]
+    flushed = np.where(nu < SUBNORMAL_FLOOR, 0.0, nu)
+    return {"row_task_cpu_ms": round(row_ms, 1), "row_task_minor_faults": round(faults),
+            "chunk_stats_cpu_ms": round(cpu_ms(lambda: imf.chunk_stats(c.X, c.mask, nu)), 1),
+            "chunk_stats_flushed_cpu_ms": round(cpu_ms(lambda: imf.chunk_stats(c.X, c.mask, flushed)), 1),
+            "subnormal_products": float(np.mean((outer > 0) & (outer < np.finfo(float).tiny))),
+            "smallest_nu": float(nu[nu > 0].min())}
+
+
+def cpu_ms(fn: Callable[[], Any], repeats: int = 3) -> float:
+    """CPU milliseconds of ``fn`` (all threads of this process), the best of ``repeats``."""
+    best = np.inf
+    for _ in range(repeats):
+        c0 = time.process_time()
+        fn()
+        best = min(best, time.process_time() - c0)
+    return 1000 * best
+
+
+def malloc_env() -> dict:
+    """The glibc malloc settings in this process's environment."""
+    return {k: v for k, v in os.environ.items() if k.startswith("MALLOC_")}
 
 
 def profile(args: argparse.Namespace, base: dict) -> None:
@@ -410,7 +460,7 @@ def profile(args: argparse.Namespace, base: dict) -> None:
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("what", choices=("check", "compare", "profile"))
+    p.add_argument("what", choices=("check", "compare", "profile", "kernel-steps"))
     p.add_argument("--workdir", required=True)
     p.add_argument("--rows", type=int, default=None, help="default: 2000 (check), 100000 (compare, profile)")
     p.add_argument("--cols", type=int, default=None, help="default: 100 (check), 1000 (compare, profile)")
@@ -423,6 +473,7 @@ def main() -> None:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--mmap-threshold", type=int, default=None,
                    help="compare, profile: also give the workers MALLOC_MMAP_THRESHOLD_=this many bytes (``cluster``)")
+    p.add_argument("--probe-rows", type=int, default=20_000, help="kernel-steps: rows of the store it runs on")
     p.add_argument("--results", default=str(Path(__file__).resolve().parent / "results.jsonl"))
     args = p.parse_args()
     small = args.what == "check"
@@ -431,10 +482,10 @@ def main() -> None:
         if getattr(args, name) is None:
             setattr(args, name, check_value if small else scale_value)
     if args.steps is None:
-        args.steps = {"check": 30, "compare": 10, "profile": 5}[args.what]
+        args.steps = {"check": 30, "compare": 10, "profile": 5, "kernel-steps": 6}[args.what]
     Path(args.workdir).mkdir(parents=True, exist_ok=True)
     base = {"bench": "imf_engine_cost", "machine": machine()}
-    {"check": check, "compare": compare, "profile": profile}[args.what](args, base)
+    {"check": check, "compare": compare, "profile": profile, "kernel-steps": kernel_steps}[args.what](args, base)
 
 
 if __name__ == "__main__":
