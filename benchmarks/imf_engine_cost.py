@@ -118,18 +118,27 @@ def plain_start(config: IMFConfig, chunks: Chunks, nu0: np.ndarray) -> PlainStat
     return PlainState(nu, post, summed_stats(chunks, nu))
 
 
-def plain_alternation(config: IMFConfig, chunks: Chunks, state: PlainState) -> float:
+Timer = Callable[[str, Callable], Callable]  # (name of a piece, function) -> the function, timed or not
+
+
+def untimed(name: str, fn: Callable) -> Callable:
+    """The ``Timer`` that times nothing."""
+    return fn
+
+
+def plain_alternation(config: IMFConfig, chunks: Chunks, state: PlainState, timed: Timer = untimed) -> float:
     """One alternation of ``IMFDriver.step`` at a fixed K in plain NumPy (SPEC 3.1 / 3.2, paper 000
     Algorithm 1): column update, row step of every chunk, statistics summed, evidence. Updates ``state``
-    and returns L(q; K). Refuses to prune (the comparison is at a fixed K)."""
+    and returns L(q; K). Refuses to prune (the comparison is at a fixed K). ``timed`` wraps each piece
+    (``StepClock.wrap`` for the profile)."""
     model, hyper = config.model(), config.hyper()
-    state.post = model.column_update(state.stats, hyper, state.post)
-    results = [row_task(c, n, state.post) for c, n in zip(chunks, state.nu)]
+    state.post = timed("column update (client)", model.column_update)(state.stats, hyper, state.post)
+    results = [timed("row_task (all chunks)", row_task)(c, n, state.post) for c, n in zip(chunks, state.nu)]
     state.nu = [nu for nu, _ in results]
-    state.stats = functools.reduce(add_stats, [s for _, s in results])
+    state.stats = timed("sum of statistics", functools.reduce)(add_stats, [s for _, s in results])
     if not imf.keep_features(state.stats["sum_nu"], config.prune_below).all():
         raise RuntimeError("a feature fell below the pruning threshold: the fixed-K comparison does not hold")
-    return model.evidence(state.stats, state.post, hyper)
+    return timed("evidence (client)", model.evidence)(state.stats, state.post, hyper)
 
 
 def engine_alternation(driver: IMFDriver) -> float:
@@ -341,15 +350,10 @@ def plain_pieces(config: IMFConfig, chunks: Chunks, nu0: np.ndarray, steps: int)
     """Wall seconds of the plain loop's pieces over ``steps`` alternations on one BLAS thread: column update,
     row steps (the kernel split into row terms, sweeps and statistics), the sum, the evidence."""
     clock = StepClock()
-    model, hyper = config.model(), config.hyper()
     with single_threaded_blas():
         state = plain_start(config, chunks, nu0)
         for _ in range(steps):
-            state.post = clock.wrap("column update (client)", model.column_update)(state.stats, hyper, state.post)
-            results = [clock.wrap("row_task (all chunks)", row_task)(c, n, state.post) for c, n in zip(chunks, state.nu)]
-            state.nu = [nu for nu, _ in results]
-            state.stats = clock.wrap("sum of statistics", functools.reduce)(add_stats, [s for _, s in results])
-            clock.wrap("evidence (client)", model.evidence)(state.stats, state.post, hyper)
+            plain_alternation(config, chunks, state, clock.wrap)
         kernel = kernel_split(chunks[0], state.nu[0], state.post)
     return {"seconds": {k: round(v / steps, 4) for k, v in clock.seconds.items()},
             "one_chunk_kernel_ms": kernel}
