@@ -103,7 +103,7 @@ def fit(model: str, store: Path, run: Path, args: argparse.Namespace) -> dict:
     """Run ``buffet fit MODEL`` measured, then ``buffet evaluate`` on the run."""
     cmd = [BUFFET, "fit", model, str(store), "--out", str(run), "--overwrite", "--max-k", str(args.max_k),
            "--n-candidates", str(args.n_candidates), "--chunk-rows", str(args.chunk_rows),
-           "--workers", str(args.workers), "--quiet"]
+           "--workers", str(args.workers), "--select", args.select, "--quiet"]
     if args.stop_after:
         cmd += ["--stop-after", str(args.stop_after)]
     busy_before = None if args.no_wait else wait_quiet()
@@ -129,6 +129,9 @@ def main() -> None:
     p.add_argument("--max-k", type=int, default=15)
     p.add_argument("--n-candidates", type=int, default=3)
     p.add_argument("--workers", type=int, default=2)
+    p.add_argument("--select", default="none",
+                   help="the fit's --select: 'none' fits the given settings (as section 10b); 'auto' first "
+                        "chooses the cap on K+ and offsets on validation entries (24 fits on this store)")
     p.add_argument("--stop-after", type=int, default=None, help="end each fit after this many steps")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--no-wait", action="store_true", help="start each fit without waiting for a quiet machine")
@@ -148,8 +151,8 @@ def main() -> None:
     record(args.results, {**base, "stage": "write", **data, "chunk_rows": args.chunk_rows,
                           "seconds": time.perf_counter() - t0, "peak_rss_mb": mem.peak / 2**20})
 
-    settings = {"max_k": args.max_k, "n_candidates": args.n_candidates, "chunk_rows": args.chunk_rows,
-                "workers": args.workers, "stop_after": args.stop_after, "true_k": TRUE_K,
+    settings = {"max_k": args.max_k, "n_candidates": args.n_candidates, "select": args.select,
+                "chunk_rows": args.chunk_rows, "workers": args.workers, "stop_after": args.stop_after, "true_k": TRUE_K,
                 "noise_sd": float(np.sqrt(NOISE_VAR))}
     for model in args.models.split(","):
         run = work / f"{name}.{model}.run"
