@@ -22,7 +22,7 @@ from typing import BinaryIO, Callable, Iterator
 
 import numpy as np
 
-from buffet.data.errors import InputError
+from buffet.data.errors import InputError, UserError
 
 log = logging.getLogger("buffet.ingest")
 
@@ -247,7 +247,7 @@ def _records_from_reader(src: TextSource, spec: RecordSpec, block_bytes: int) ->
     reader.start()
     try:
         while True:
-            kind, payload = _next_message(queue, reader)
+            kind, payload = _next_message(queue, reader, src.path)
             if kind == "records":
                 yield unpack_records(payload)
             elif kind == "error":
@@ -261,8 +261,8 @@ def _records_from_reader(src: TextSource, spec: RecordSpec, block_bytes: int) ->
         reader.join()
 
 
-def _next_message(queue: object, reader: object) -> tuple[str, object]:
-    """The reader's next message; an error if it died without one (killed, out of memory)."""
+def _next_message(queue: object, reader: object, path: Path) -> tuple[str, object]:
+    """The reader's next message; a ``UserError`` if it died without one (killed, out of memory)."""
     import queue as queues
 
     while True:
@@ -270,8 +270,8 @@ def _next_message(queue: object, reader: object) -> tuple[str, object]:
             return queue.get(timeout=1.0)
         except queues.Empty:
             if not reader.is_alive():
-                raise InputError(f"the process reading the input stopped unexpectedly (exit code {reader.exitcode})") \
-                    from None
+                raise UserError(f"{path}: the process reading it stopped unexpectedly (exit code {reader.exitcode}, "
+                                "e.g. killed or out of memory); run the ingest again") from None
 
 
 def _read_and_parse(src: TextSource, spec: RecordSpec, block_bytes: int, queue: object) -> None:

@@ -109,6 +109,19 @@ def test_uci_parsed_in_a_second_process_gives_the_same_store(tmp_path: Path, mon
     assert int(parser_pid.read_text()) != os.getpid()  # the parser ran, in another process
 
 
+def test_a_reading_process_that_dies_is_one_clear_error(tmp_path: Path, monkeypatch) -> None:
+    """If the second process dies without a word (killed, out of memory), the ingest fails with a message
+    naming the file and the exit code, and leaves no store."""
+    from buffet.data import textblocks
+
+    (tmp_path / "docword.txt").write_text(uci_text(random_counts(300, 50, 0.15, seed=6)))
+    monkeypatch.setattr(textblocks, "BACKGROUND_MIN_BYTES", 0)
+    monkeypatch.setattr(textblocks, "pack_records", lambda records: os._exit(3))  # runs in the reading process
+    with pytest.raises(UserError, match=r"docword\.txt: the process reading it stopped unexpectedly \(exit code 3"):
+        ingest_uci(tmp_path / "docword.txt", None, tmp_path / "store", block_bytes=200)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["docword.txt"]  # no store, no hidden partial one
+
+
 @pytest.mark.parametrize("ids, values, lines", [
     ([[1, 2], [3, 2 ** 40]], [[1.0], [0.1]], [4, 5]),         # int64 ids, a value float32 cannot hold
     ([[1, 2], [3, 4]], [[2.0], [np.nan]], [4, 9]),            # NaN, lines with a gap
