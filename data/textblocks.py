@@ -276,13 +276,14 @@ def _next_message(queue: object, reader: object, path: Path) -> tuple[str, objec
 
 def _read_and_parse(src: TextSource, spec: RecordSpec, block_bytes: int, queue: object) -> None:
     """The reading process: every remaining block of ``src`` parsed and sent packed, then ("end", lines read);
-    an ``InputError`` is sent as ("error", it). Ctrl-C is left to the command, which stops this process."""
+    an error (an ``InputError`` naming the line, or any other) is sent as ("error", it), for the command to
+    report in its one line. Ctrl-C is left to the command, which stops this process."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     try:
         for block in src.blocks(block_bytes):
             queue.put(("records", pack_records(parse_records(block, spec, src.path))))
         queue.put(("end", src.line))
-    except InputError as exc:
+    except Exception as exc:  # noqa: BLE001 - every failure goes back to the command, none is printed here
         queue.put(("error", exc))
     queue.close()
     queue.join_thread()
