@@ -25,12 +25,15 @@ from typing import Callable
 
 import numpy as np
 import zarr
-from zarr.codecs import Crc32cCodec, ZstdCodec
+from zarr.codecs import BloscCodec, Crc32cCodec
 
 from buffet.data.errors import StoreError
 
 RECORDS = "chunk_records"
-CODECS = (ZstdCodec(level=0), Crc32cCodec())  # zarr's default compression, then a checksum of the stored bytes
+# Byte-shuffled zstd at level 1 (Blosc), then a checksum of the stored bytes. Against zarr's default (plain zstd,
+# level 3) on a corpus's CSR arrays: written 1.7x and read 1.3x faster, and 20% smaller (benchmarks/README.md
+# section 24). Stores written with other codecs read the same: each array names its codecs.
+CODECS = (BloscCodec(cname="zstd", clevel=1, shuffle="shuffle"), Crc32cCodec())
 WRITE_CONFIG = {"write_empty_chunks": True}
 FLUSH_BYTES = 1 << 23  # a writer holds about this much before writing its complete chunks
 RECORD_CHUNK = 1 << 16  # chunk records per chunk of a records array

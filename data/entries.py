@@ -28,6 +28,8 @@ def check_dimension(value: int, name: str, path: PathLike, line: int) -> None:
 def check_range(ids: np.ndarray, lo: int, hi: int, lines: np.ndarray, path: PathLike, name: str,
                 context: str = "") -> None:
     """Every id must lie in ``lo..hi``; otherwise an error naming the first line at fault."""
+    if ids.size == 0 or (lo <= ids.min() and ids.max() <= hi):
+        return
     bad = (ids < lo) | (ids > hi)
     if bad.any():
         k = int(np.argmax(bad))

@@ -403,23 +403,25 @@ class CSRWriter:
         check_values(self.kind, data, where)
         if indices.size:
             limit = self.n_cols if self.n_cols is not None else np.iinfo(np.int64).max
-            bad = (indices < 0) | (indices >= limit)
-            if bad.any():
-                raise InputError(f"{where}: column id {indices[bad][0] + 1} out of range 1..{self.n_cols}")
-            self.max_col = max(self.max_col, int(indices.max()))
+            low, high = int(indices.min()), int(indices.max())
+            if low < 0 or high >= limit:
+                bad = indices[(indices < 0) | (indices >= limit)][0]
+                raise InputError(f"{where}: column id {bad + 1} out of range 1..{self.n_cols}")
+            self.max_col = max(self.max_col, high)
         keep = data != 0
-        row_of = np.repeat(np.arange(len(counts)), counts)
-        kept_counts = np.bincount(row_of[keep], minlength=len(counts))
-        ends = self.nnz + np.cumsum(kept_counts)
-        self.indices.append(indices[keep].astype(np.int32))
-        self.data.append(data[keep])
+        if not keep.all():  # explicit zeros are not stored
+            row_of = np.repeat(np.arange(len(counts)), counts)
+            counts, indices, data = np.bincount(row_of[keep], minlength=len(counts)), indices[keep], data[keep]
+        ends = self.nnz + np.cumsum(counts)
+        self.indices.append(indices.astype(np.int32))
+        self.data.append(data)
         self.indptr.append(ends)
         first = self.n_rows + 1  # the row boundary that ends[0] is the offset of
         boundary = -(-first // self.rows_per_chunk) * self.rows_per_chunk
         self.offsets.extend(int(ends[b - first]) for b in range(boundary, self.n_rows + len(counts) + 1,
                                                                  self.rows_per_chunk))
-        self.nnz += int(kept_counts.sum())
-        self.total += float(np.sum(data[keep], dtype=np.float64))
+        self.nnz += int(counts.sum())
+        self.total += float(np.sum(data, dtype=np.float64))
         self.n_rows += len(counts)
 
     def finish(self) -> tuple[int, int]:

@@ -34,7 +34,8 @@ PROGRESS_SECONDS = 5.0
 _WHITESPACE = b" \t\r\n\x0b\x0c"
 _IS_SPACE = np.zeros(256, dtype=bool)
 _IS_SPACE[list(_WHITESPACE)] = True
-_INT_CHARS = b"0123456789" + _WHITESPACE
+_DIGITS = b"0123456789"
+_INT_CHARS = _DIGITS + _WHITESPACE
 ID_LIMIT = 1 << 62
 
 
@@ -293,7 +294,7 @@ def pack_records(records: Records) -> tuple:
     """``records`` in fewer bytes for the way between processes: ids as int32 and values as float32 when
     that is exact, and consecutive line numbers as the first one only (``unpack_records`` undoes it)."""
     ids, values, lines = records.ids, records.values, records.lines
-    if ids.size and np.abs(ids).max() < 2 ** 31:
+    if ids.size and -2 ** 31 < ids.min() and ids.max() < 2 ** 31:
         ids = ids.astype(np.int32)
     single = values.astype(np.float32)
     if np.array_equal(single, values):  # NaN never compares equal, so a NaN keeps float64
@@ -320,17 +321,27 @@ def parse_records(block: Block, spec: RecordSpec, path: PathLike) -> Records:
 def _parse_records_fast(block: Block, spec: RecordSpec) -> Records | None:
     """Vectorised parse of a well-formed block, or None if anything looks unusual."""
     data = block.data if spec.delimiter is None else _undelimited(block.data, spec.delimiter)
-    lines = _lines_with_tokens(data, spec.width) if data is not None else None
-    if lines is None or lines.size == 0:
+    if data is None:
+        return None
+    n_lines = _digit_lines(data, spec.width)
+    if n_lines is not None:
+        lines, integral = np.arange(n_lines, dtype=np.int64), True
+    else:
+        lines = _lines_with_tokens(data, spec.width)
+        if lines is None:
+            return None
+        integral = not data.translate(None, _INT_CHARS)
+    if lines.size == 0:
         return None
     if spec.delimiter is not None and block.data.count(spec.delimiter) != (spec.width - 1) * lines.size:
         return None
-    integral = not data.translate(None, _INT_CHARS)
     try:
         flat = np.fromstring(data, dtype=np.int64 if integral else np.float64, sep=" ")
     except ValueError:
         return None
-    if flat.size != lines.size * spec.width or (integral and (np.abs(flat) >= ID_LIMIT).any()):
+    # An empty token (two separators in a row) leaves fromstring a value short, and no token gives two values,
+    # so this count check is what refuses those lines. Integral text has no sign: its values are >= 0.
+    if flat.size != lines.size * spec.width or (integral and flat.max() >= ID_LIMIT):
         return None
     table = flat.reshape(lines.size, spec.width)
     n_ids = len(spec.id_names)
@@ -366,6 +377,16 @@ def _lines_with_tokens(data: bytes, width: int) -> np.ndarray | None:
     if ((per_line != 0) & (per_line != width)).any():
         return None
     return np.flatnonzero(per_line == width).astype(np.int64)
+
+
+def _digit_lines(data: bytes, width: int) -> int | None:
+    """The number of lines when every line of ``data`` is ``width`` runs of digits parted by single spaces
+    (the form most tools write integer records in), else None. One ``bytes.translate`` leaves the separators,
+    which must read (width - 1 spaces, newline) over and over: 5-6x cheaper than locating every separator
+    (``_single_spaced_lines``). Two separators in a row are not caught here but by the caller's count."""
+    separators = data.translate(None, _DIGITS)
+    n_lines = len(separators) // width
+    return n_lines if separators == (b" " * (width - 1) + b"\n") * n_lines else None
 
 
 def _single_spaced_lines(b: np.ndarray, width: int) -> np.ndarray | None:

@@ -185,7 +185,9 @@ def test_fast_and_line_by_line_parsers_give_the_records(data: bytes, values: lis
 
 
 @pytest.mark.parametrize("data", [b"1,2,3\n1,,2 3\n", b"1,2,3\n1,2,3,\n", b"1 2 3\n1 2\n3\n", b"1 2 x\n",
-                                  b"1 2 3\n4 5 6 7\n8 9\n"])  # 9 tokens on 3 lines, not 3 on each
+                                  b"1 2 3\n4 5 6 7\n8 9\n",  # 9 tokens on 3 lines, not 3 on each
+                                  # two fields with three separators: the digit-line check passes, the count does not
+                                  b"1 2 3\n4  5\n", b"1 2 3\n 4 5\n", b"1 2 3\n4 5 \n"])
 def test_fast_parser_leaves_malformed_blocks_to_the_line_parser(data: bytes) -> None:
     spec = RecordSpec(("a", "b"), ("v",), b"," if b"," in data else None)
     assert _parse_records_fast(Block(data, 1), spec) is None
