@@ -120,11 +120,12 @@ class TextSource:
             if now - last_report >= PROGRESS_SECONDS:
                 log.info("ingest %s: %s lines read in %.0fs", self.path.name, f"{self.line:,}", now - started)
                 last_report = now
-            buf = carry + chunk
-            cut = buf.rfind(b"\n") + 1
-            carry = buf[cut:]
-            if cut:
-                yield self._advance(buf[:cut])
+            cut = chunk.rfind(b"\n") + 1
+            if cut:  # one copy of the block's lines: the carried start joined to a view of the rest
+                yield self._advance(b"".join((carry, memoryview(chunk)[:cut])))
+                carry = chunk[cut:]
+            else:
+                carry += chunk
         if carry.strip():
             yield self._advance(carry + b"\n")
 
