@@ -22,7 +22,8 @@ Subcommands (results: one JSON line each, printed and appended to benchmarks/res
 * ``profile``: where an engine step goes (the client's pieces timed around the driver's engine calls,
   the workers' task time by kind from Dask's task stream) against the plain loop's pieces;
 * ``kernel-steps``: the row step's cost along the alternations on a few chunks (``kernel_steps``: subnormal
-  products of q(z), page faults under the workers' malloc setting).
+  products of q(z), page faults under the workers' malloc setting); run it with an older install's Python
+  to compare kernels (the record names the kernels it ran).
 
     python benchmarks/imf_engine_cost.py check --workdir /work/bench/imf
     python benchmarks/imf_engine_cost.py compare --workdir /work/bench/imf --models imf,inmf
@@ -373,26 +374,24 @@ def kernel_split(chunk: DenseRows, nu: np.ndarray, post: dict, repeats: int = 5)
     return {name: round(cpu_ms(fn, repeats), 1) for name, fn in parts.items()}
 
 
-SUBNORMAL_FLOOR = 1e-150  # nu_ik below this set to 0 in the trial of ``kernel_steps``: their products underflow
-
-
 def kernel_steps(args: argparse.Namespace, base: dict) -> None:
     """The row step's cost on the first ``--probe-rows`` rows along ``--steps`` plain alternations from the
     random start (one BLAS thread): CPU ms per chunk of ``row_task`` and ``chunk_stats``, minor page faults
-    per ``row_task``, the fraction of the products nu_ir nu_ik that are subnormal, and ``chunk_stats`` with
-    nu_ik below ``SUBNORMAL_FLOOR`` set to 0. Run it with the workers' MALLOC_TRIM_THRESHOLD_ in the
-    environment to see what that setting costs a row step."""
+    per ``row_task``, the fraction of the products nu_ir nu_ik that are subnormal, the smallest nu_ik
+    (``kernels.imf.LOGIT_BOUND`` keeps it at 1.5e-150 or above) and the evidence after the step. Run it with
+    the workers' MALLOC_TRIM_THRESHOLD_ in the environment to see what that setting costs a row step."""
     store = scale_store(args, base)
     chunks = load_chunks(store, args.chunk_rows, args.probe_rows)
     model = args.models.split(",")[0]
     config = fixed_k_config(model, args.k, args.chunk_rows)
     common = {**base, "stage": "kernel_steps", "model": model, "k": args.k, "rows": args.probe_rows,
-              "chunk_rows": args.chunk_rows, "malloc_env": malloc_env()}
+              "chunk_rows": args.chunk_rows, "malloc_env": malloc_env(), "kernels": str(Path(imf.__file__).parent)}
     with single_threaded_blas():
         state = plain_start(config, chunks, random_nu(args.probe_rows, args.k, args.seed))
         for step in range(1, args.steps + 1):
-            plain_alternation(config, chunks, state)
-            record(args.results, {**common, "step": step, **load_now(), **row_step_costs(chunks, state)})
+            evidence = plain_alternation(config, chunks, state)
+            record(args.results, {**common, "step": step, **load_now(), **row_step_costs(chunks, state),
+                                  "evidence": evidence})
 
 
 def row_step_costs(chunks: Chunks, state: PlainState) -> dict:
@@ -404,10 +403,8 @@ def row_step_costs(chunks: Chunks, state: PlainState) -> dict:
     faults = (resource.getrusage(resource.RUSAGE_SELF).ru_minflt - faults) / (3 * len(chunks))
     c, nu = chunks[0], state.nu[0]
     outer = nu[:, :, None] * nu[:, None, :]
-    flushed = np.where(nu < SUBNORMAL_FLOOR, 0.0, nu)
     return {"row_task_cpu_ms": round(row_ms, 1), "row_task_minor_faults": round(faults),
             "chunk_stats_cpu_ms": round(cpu_ms(lambda: imf.chunk_stats(c.X, c.mask, nu)), 1),
-            "chunk_stats_flushed_cpu_ms": round(cpu_ms(lambda: imf.chunk_stats(c.X, c.mask, flushed)), 1),
             "subnormal_products": float(np.mean((outer > 0) & (outer < np.finfo(float).tiny))),
             "smallest_nu": float(nu[nu > 0].min())}
 

@@ -53,6 +53,21 @@ Post = dict[str, np.ndarray]
 
 LOG_2PI = float(np.log(2.0 * np.pi))
 
+LOGIT_BOUND = 345.0
+"""Bound on |logit nu_ik| in the q(z) update (SPEC 3.1): every nu_ik lies in [expit(-345), 1], expit(-345) =
+1.5e-150.
+
+A fit drives q(z) to saturation: unbounded, the smallest nu_ik fall to 1e-309 and the products nu_ir nu_ik
+that ``chunk_stats`` forms (E[z_i z_i^T]) become subnormal floats, which the CPU handles many times slower
+than normal ones (the row step ran 2.2x slower; benchmarks/README.md section 22). With the bound, a
+product of two nu_ik is at least 2.2e-300, a normal float (the smallest is 2.2e-308). The bound is far below
+anything float64 resolves in a sum or in L: in each nu_ik, L is nu_ik logit_ik + H(nu_ik) + const, so
+holding nu_ik at the bound instead of expit(logit_ik) lowers L by less than 1.5e-150 |logit_ik|, against
+the rounding of L (1e-16 |L|); its entropy term, xlogy(nu, nu) = -5e-148, is as negligible. The upper end
+needs no care: expit(345) rounds to 1, as expit(logit) does from logit 37 on, 1 - nu_ik is then 0 (xlogy
+gives 0) or at least 1.1e-16, never subnormal.
+"""
+
 
 @dataclass(frozen=True)
 class Hyper:
@@ -120,14 +135,15 @@ def row_terms(x: np.ndarray, mask: np.ndarray | None, post: Post) -> tuple[np.nd
 def sweep_rows(nu: np.ndarray, b: np.ndarray, g: np.ndarray, prior_logit: np.ndarray,
                eta_x: float) -> np.ndarray:
     """One coordinate-ascent sweep over k of q(z_ik), vectorised over rows (SPEC 3.1 logit formula):
-    logit nu_ik = E ln pi_k - E ln(1-pi_k) - (E eta_X / 2)(G_kk - 2 b_ik + 2 sum_{r != k} nu_ir G_rk).
+    logit nu_ik = E ln pi_k - E ln(1-pi_k) - (E eta_X / 2)(G_kk - 2 b_ik + 2 sum_{r != k} nu_ir G_rk),
+    clipped to +-``LOGIT_BOUND`` so that no product of two nu_ik is a subnormal float.
     """
     nu = nu.copy()
     for k in range(nu.shape[1]):
         g_k = g[..., :, k]
         cross = np.sum(nu * g_k, axis=-1) - nu[:, k] * g_k[..., k]
         logit = prior_logit[k] - 0.5 * eta_x * (g_k[..., k] - 2.0 * b[:, k] + 2.0 * cross)
-        nu[:, k] = expit(logit)
+        nu[:, k] = expit(np.clip(logit, -LOGIT_BOUND, LOGIT_BOUND))
     return nu
 
 
