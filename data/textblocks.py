@@ -221,8 +221,9 @@ def record_blocks(src: TextSource, spec: RecordSpec, block_bytes: int = DEFAULT_
     ``in_background`` (default: for a file of at least 4 blocks and ``BACKGROUND_MIN_BYTES``, on Linux with two
     or more cores) reads and parses in a second process (``_read_and_parse``), up to ``PARSE_AHEAD`` blocks
     ahead, while the caller checks and writes the blocks before: ingest then runs on two cores, with the same
-    records, the same errors and the same ``src.line`` at the end. The text never crosses between the
-    processes, only the records, packed (``pack_records``)."""
+    records, the same errors and the same ``src.line`` at the end. A block the reader has read while the caller
+    waits for it is sent as text for the caller to parse, so neither side idles while the other works; other
+    blocks cross as records, packed (``pack_records``). Which way a block goes changes no result."""
     if in_background is None:
         in_background = sys.platform == "linux" and (os.cpu_count() or 1) > 1 \
             and _file_bytes(src.path) >= max(4 * block_bytes, BACKGROUND_MIN_BYTES)
@@ -245,13 +246,18 @@ def _records_from_reader(src: TextSource, spec: RecordSpec, block_bytes: int) ->
 
     context = get_context("fork")
     queue = context.Queue(PARSE_AHEAD)
-    reader = context.Process(target=_read_and_parse, args=(src, spec, block_bytes, queue), daemon=True)
+    waiting = context.Value("b", 0, lock=False)  # 1 while the caller waits for the reader's next message
+    reader = context.Process(target=_read_and_parse, args=(src, spec, block_bytes, queue, waiting), daemon=True)
     reader.start()
     try:
         while True:
+            waiting.value = 1
             kind, payload = _next_message(queue, reader, src.path)
+            waiting.value = 0
             if kind == "records":
                 yield unpack_records(payload)
+            elif kind == "text":
+                yield parse_records(Block(*payload), spec, src.path)
             elif kind == "error":
                 raise payload
             else:
@@ -276,19 +282,28 @@ def _next_message(queue: object, reader: object, path: Path) -> tuple[str, objec
                                 "e.g. killed or out of memory); run the ingest again") from None
 
 
-def _read_and_parse(src: TextSource, spec: RecordSpec, block_bytes: int, queue: object) -> None:
-    """The reading process: every remaining block of ``src`` parsed and sent packed, then ("end", lines read);
-    an error (an ``InputError`` naming the line, or any other) is sent as ("error", it), for the command to
-    report in its one line. Ctrl-C is left to the command, which stops this process."""
+def _read_and_parse(src: TextSource, spec: RecordSpec, block_bytes: int, queue: object, waiting: object) -> None:
+    """The reading process: every remaining block of ``src`` sent parsed and packed, or as text when the command
+    is ``waiting`` for it (it then parses that block on its own core), then ("end", lines read); an error (an
+    ``InputError`` naming the line, or any other) is sent as ("error", it), for the command to report in its
+    one line. Ctrl-C is left to the command, which stops this process."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     try:
         for block in src.blocks(block_bytes):
-            queue.put(("records", pack_records(parse_records(block, spec, src.path))))
+            if _send_as_text(waiting):
+                queue.put(("text", (block.data, block.first_line)))
+            else:
+                queue.put(("records", pack_records(parse_records(block, spec, src.path))))
         queue.put(("end", src.line))
     except Exception as exc:  # noqa: BLE001 - every failure goes back to the command, none is printed here
         queue.put(("error", exc))
     queue.close()
     queue.join_thread()
+
+
+def _send_as_text(waiting: object) -> bool:
+    """Whether the reader sends its next block as text: when the command is waiting for it (``record_blocks``)."""
+    return bool(waiting.value)
 
 
 def pack_records(records: Records) -> tuple:

@@ -91,22 +91,29 @@ def test_uci_streaming_blocks_much_smaller_than_file(tmp_path: Path) -> None:
         np.testing.assert_array_equal(ds.group[name][:], whole.group[name][:])
 
 
-def test_uci_parsed_in_a_second_process_gives_the_same_store(tmp_path: Path, monkeypatch) -> None:
-    """Blocks read and parsed in a second process (the default for large files, ``textblocks.record_blocks``)
-    make the same arrays, in file order, as blocks parsed in this one, and the same line count."""
+@pytest.mark.parametrize("as_text", [None, False, True], ids=["when-waiting", "never", "always"])
+def test_uci_parsed_in_a_second_process_gives_the_same_store(tmp_path: Path, monkeypatch, as_text) -> None:
+    """Blocks read in a second process (the default for large files, ``textblocks.record_blocks``) make the same
+    arrays, in file order, as blocks read and parsed in this one, and the same line count, whichever of them the
+    reader parses and packs and whichever it sends as text (``None``: as it decides, when this side waits)."""
     from buffet.data import textblocks
 
     X = random_counts(300, 50, 0.15, seed=5)
     (tmp_path / "docword.txt").write_text(uci_text(X))
     here = ingest_uci(tmp_path / "docword.txt", None, tmp_path / "here", rows_per_chunk=16, block_bytes=200)
     monkeypatch.setattr(textblocks, "BACKGROUND_MIN_BYTES", 0)
+    if as_text is not None:
+        monkeypatch.setattr(textblocks, "_send_as_text", lambda waiting: as_text)
     parser_pid, pack = tmp_path / "parser.pid", textblocks.pack_records
     monkeypatch.setattr(textblocks, "pack_records", lambda r: parser_pid.write_text(str(os.getpid())) and pack(r))
     there = ingest_uci(tmp_path / "docword.txt", None, tmp_path / "there", rows_per_chunk=16, block_bytes=200)
     for name in ("indptr", "indices", "data", "chunk_offsets"):
         np.testing.assert_array_equal(there.group[name][:], here.group[name][:])
     assert there.attrs["provenance"]["lines"] == here.attrs["provenance"]["lines"]
-    assert int(parser_pid.read_text()) != os.getpid()  # the parser ran, in another process
+    if as_text is False:
+        assert int(parser_pid.read_text()) != os.getpid()  # the parser ran, in another process
+    if as_text is True:
+        assert not parser_pid.exists()  # nothing was packed: every block came as text
 
 
 def test_a_reading_process_that_dies_is_one_clear_error(tmp_path: Path, monkeypatch) -> None:
@@ -116,7 +123,7 @@ def test_a_reading_process_that_dies_is_one_clear_error(tmp_path: Path, monkeypa
 
     (tmp_path / "docword.txt").write_text(uci_text(random_counts(300, 50, 0.15, seed=6)))
     monkeypatch.setattr(textblocks, "BACKGROUND_MIN_BYTES", 0)
-    monkeypatch.setattr(textblocks, "pack_records", lambda records: os._exit(3))  # runs in the reading process
+    monkeypatch.setattr(textblocks.TextSource, "blocks", lambda *args: os._exit(3))  # runs in the reading process
     with pytest.raises(UserError, match=r"docword\.txt: the process reading it stopped unexpectedly \(exit code 3"):
         ingest_uci(tmp_path / "docword.txt", None, tmp_path / "store", block_bytes=200)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["docword.txt"]  # no store, no hidden partial one
