@@ -90,6 +90,8 @@ def first_invalid(kind: str, values: np.ndarray) -> tuple[int, str] | None:
     """Position (in ``values.ravel()``) and reason of the first value a model of this kind
     cannot take, or None (SPEC 1 bad-input list). Ingest uses the position to name the line."""
     v = np.asarray(values, dtype=np.float64).ravel()
+    if _plainly_valid(kind, v):
+        return None
     checks = [(~np.isfinite(v), "NaN/inf value {!r} in an observed entry (give a mask to mark entries missing)")]
     if kind == "counts":
         checks += [(v < 0, "negative count {!r}; count models need counts >= 0"),
@@ -101,6 +103,19 @@ def first_invalid(kind: str, values: np.ndarray) -> tuple[int, str] | None:
         return None
     k, msg = min(found, key=lambda f: f[0])
     return k, msg.format(float(v[k]))
+
+
+def _plainly_valid(kind: str, v: np.ndarray) -> bool:
+    """A cheap test that every value suits ``kind`` (``first_invalid`` looks for the first that does not only
+    when this fails): NaN makes min and max NaN, so the comparisons below refuse it."""
+    if v.size == 0:
+        return True
+    low, high = v.min(), v.max()
+    if kind == "counts":
+        return bool(low >= 0 and high < np.inf and np.array_equal(np.rint(v), v))
+    if kind == "binary":
+        return bool(low >= 0 and high <= 1 and np.array_equal(np.rint(v), v))
+    return bool(-np.inf < low and high < np.inf)
 
 
 def check_values(kind: str, values: np.ndarray, where: str, observed: np.ndarray | None = None) -> None:

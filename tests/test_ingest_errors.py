@@ -16,7 +16,7 @@ import pytest
 from buffet.data.arrays import from_array
 from buffet.data.errors import InputError
 from buffet.data.ingest_text import ingest
-from buffet.data.store import Dataset
+from buffet.data.store import Dataset, first_invalid
 
 DW = "docword.txt"
 LDAC = "corpus.ldac"
@@ -233,3 +233,22 @@ def test_bad_options_fail_before_reading(tmp_path: Path, options: dict, fragment
 def test_holdout_leaving_no_training_rows(tmp_path: Path) -> None:
     (tmp_path / DW).write_text("1\n1\n1\n1 1 1\n")
     assert_rejected("uci", [tmp_path / DW], tmp_path / "store", {"holdout": 0.9}, ["leaves no training rows"])
+
+
+EDGE_VALUES = [0.0, -0.0, 1.0, 2.0, 0.5, -1.0, 1e300, -1e300, np.inf, -np.inf, np.nan]
+VALID = {"counts": lambda x: np.isfinite(x) and x >= 0 and x == np.round(x),
+         "binary": lambda x: x in (0.0, 1.0),
+         "real": lambda x: bool(np.isfinite(x))}
+
+
+@pytest.mark.parametrize("kind", sorted(VALID))
+@pytest.mark.parametrize("edge", EDGE_VALUES)
+def test_first_invalid_finds_exactly_the_values_a_kind_cannot_take(kind: str, edge: float) -> None:
+    """One edge value among valid ones: ``first_invalid`` names its position when the kind cannot take it
+    and nothing otherwise (its quick all-valid test must never pass a bad value)."""
+    values = np.array([1.0, 0.0, 1.0, edge, 0.0])
+    found = first_invalid(kind, values)
+    if VALID[kind](edge):
+        assert found is None
+    else:
+        assert found is not None and found[0] == 3
