@@ -13,7 +13,9 @@ import dataclasses
 import json
 import logging
 import os
+import signal
 import sys
+import threading
 import typing
 from pathlib import Path
 from typing import Iterator, Sequence
@@ -28,7 +30,7 @@ from buffet.pipeline.engine.cluster import CLUSTER_KINDS, DASHBOARD_ADDRESS, WOR
 from buffet.pipeline.engine.codec import from_arrays
 from buffet.pipeline.engine.dataset import source_of
 from buffet.pipeline.engine.engine import Engine
-from buffet.pipeline.engine.messages import console, explain
+from buffet.pipeline.engine.messages import console, explain, raise_terminated
 from buffet.pipeline.engine.runs import (config_from, fit_run, models, registered_alone, resume_run, run_source,
                                          spec_for)
 from buffet.pipeline.engine.runstore import RunStore, encode_arrays
@@ -407,12 +409,17 @@ def parse_args(argv: list[str]) -> tuple[argparse.Namespace, str | None]:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    """Run one command; returns its exit status. A failure, Ctrl-C or SIGTERM (a job scheduler ending the job)
+    is one line on stderr (``messages.explain``; the traceback only with ``--debug``), and a fit it stops is
+    left interrupted, with its checkpoints, for ``buffet resume``."""
     argv = list(sys.argv[1:] if argv is None else argv)
     debug = "--debug" in argv
     args, options = parse_args(argv)
     handler = console(logging.WARNING if getattr(args, "quiet", False) else logging.INFO)
     if not debug:  # asyncio's notes on tasks a Ctrl-C or a lost cluster cut short are not the user's business
         logging.getLogger("asyncio").setLevel(logging.CRITICAL)
+    on_main_thread = threading.current_thread() is threading.main_thread()
+    previous_sigterm = signal.signal(signal.SIGTERM, raise_terminated) if on_main_thread else None
     try:
         if options is not None:
             set_default_storage_options(parse_storage_options(options))
@@ -421,10 +428,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         if debug:
             raise
         line, status = explain(exc, resume_hint(args))
-        print(f"buffet: {'' if status == 130 else 'error: '}{line}", file=sys.stderr)
+        print(f"buffet: {'' if status in (130, 143) else 'error: '}{line}", file=sys.stderr)
         return status
     finally:
         logging.getLogger("buffet").removeHandler(handler)
+        if on_main_thread:
+            signal.signal(signal.SIGTERM, previous_sigterm)
     return 0
 
 

@@ -60,9 +60,9 @@ def test_fit_evaluate_export_report(tmp_path, store, capsys):
 MIN_PROGRESS_LINE = 66  # bytes of a bnmf progress line past step 9: "[bnmf] step 10/84  pass=1  docs_seen=..."
 
 
-def _interrupt_after_checkpoint(args: list, checkpoint_step: int) -> subprocess.CompletedProcess:
+def _interrupt_after_checkpoint(args: list, checkpoint_step: int, sig: int = signal.SIGINT) -> subprocess.CompletedProcess:
     """Run ``buffet ARGS`` (a fit or resume printing one progress line per step on stderr) and send it
-    SIGINT once the checkpoint of step ``checkpoint_step`` is committed; returns the ended process.
+    ``sig`` once the checkpoint of step ``checkpoint_step`` is committed; returns the ended process.
 
     The loop commits a step's checkpoint before it computes the next step, so reading the progress line
     of step ``checkpoint_step + 1`` proves the checkpoint is there. The stderr pipe is cut to one page
@@ -77,7 +77,7 @@ def _interrupt_after_checkpoint(args: list, checkpoint_step: int) -> subprocess.
         for line in proc.stderr:
             if marker in line:
                 break
-        proc.send_signal(signal.SIGINT)
+        proc.send_signal(sig)
         _, err = proc.communicate(timeout=120)
     finally:
         if proc.poll() is None:
@@ -107,6 +107,20 @@ def test_stopped_and_interrupted_fit_resumes_to_the_uninterrupted_result(tmp_pat
     whole = fit_run("bnmf", source_of(store), tmp_path / "whole", config, Engine(), quiet=True)
     assert RunStore(run).status == "finished" and RunStore(run).read_checkpoint().step == 84
     assert_same(checkpoint(RunStore(run)), checkpoint(whole))
+
+
+def test_sigterm_stops_a_fit_as_ctrl_c_does_and_says_so(tmp_path, store):
+    """A job scheduler ends a job with SIGTERM: the fit stops with one line naming it and how to resume
+    (status 143, no traceback), and the run is marked interrupted with its checkpoint."""
+    run = tmp_path / "run"
+    stopped = _interrupt_after_checkpoint(["fit", "bnmf", store, "--out", run, "--k", 6, "--batch-size", 100,
+                                           "--passes", 7, "--seed", 2, "--checkpoint-every", 2, "--eval-every",
+                                           1000, "--workers", 1], checkpoint_step=4, sig=signal.SIGTERM)
+    assert stopped.returncode == 143, stopped.stderr
+    last = stopped.stderr.strip().splitlines()[-1]
+    assert last.startswith("buffet: stopped by SIGTERM") and "buffet resume" in last, stopped.stderr
+    assert "Traceback" not in stopped.stderr
+    assert RunStore(run).status == "interrupted" and RunStore(run).read_checkpoint().step >= 4
 
 
 def test_user_errors_are_one_line_without_traceback(tmp_path, store):

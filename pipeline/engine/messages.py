@@ -53,11 +53,24 @@ def is_cluster_failure(exc: BaseException) -> bool:
     return isinstance(exc, (FutureCancelledError, CancelledError, KilledWorker, CommClosedError))
 
 
+class Terminated(KeyboardInterrupt):
+    """SIGTERM reached the command (a job scheduler ending or preempting the job, ``kill``). It is a
+    ``KeyboardInterrupt`` so that it stops a fit as Ctrl-C does (the run marked interrupted, its checkpoints
+    kept, the cluster closed); ``explain`` names it as what it was."""
+
+
+def raise_terminated(signum: int, frame: object) -> None:
+    """SIGTERM handler of the ``buffet`` command: raise ``Terminated`` in the main thread."""
+    raise Terminated()
+
+
 def explain(exc: BaseException, resume_hint: str | None) -> tuple[str, int]:
-    """The one line shown for ``exc`` and the exit status (1, or 130 for Ctrl-C). ``resume_hint`` says how
+    """The one line shown for ``exc`` and the exit status (1, or 130 for Ctrl-C and 143 for SIGTERM). ``resume_hint`` says how
     to continue the run the command was working on, e.g. "the run is checkpointed at step 40:
     `buffet resume runs/x`", or None when the command has no run."""
     then = f"; {resume_hint}" if resume_hint else ""
+    if isinstance(exc, Terminated):
+        return f"stopped by SIGTERM (a job scheduler or kill){then}", 143
     if isinstance(exc, KeyboardInterrupt):
         return f"interrupted{then}", 130
     if isinstance(exc, UserError):
