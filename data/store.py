@@ -106,8 +106,8 @@ def first_invalid(kind: str, values: np.ndarray) -> tuple[int, str] | None:
 
 
 def _plainly_valid(kind: str, v: np.ndarray) -> bool:
-    """A cheap test that every value suits ``kind`` (``first_invalid`` looks for the first that does not only
-    when this fails): NaN makes min and max NaN, so the comparisons below refuse it."""
+    """A cheap test that every value suits ``kind``; ``first_invalid`` searches for the first bad value only
+    when it fails. A NaN makes min and max NaN, which every comparison below refuses."""
     if v.size == 0:
         return True
     low, high = v.min(), v.max()
