@@ -199,6 +199,16 @@ def test_no_worker_left_stops_within_the_timeout():
             walk(engine)
 
 
+def test_sharing_a_value_with_no_worker_left_is_a_lost_cluster():
+    """``share`` with every worker gone ends as the step's other calls do (no bare TimeoutError from Dask's
+    scatter, which the command could only report as an unknown failure)."""
+    from distributed import Client, LocalCluster
+
+    with LocalCluster(n_workers=0, processes=False, dashboard_address=None) as cluster, Client(cluster) as client:
+        with pytest.raises(ClusterLostError, match="no Dask worker for 1 s"):
+            Engine(client, worker_timeout=1.0).share(np.arange(3))
+
+
 def _blas_threads(_: object) -> int:
     from threadpoolctl import threadpool_info
 

@@ -208,11 +208,18 @@ class Engine:
     # ----- operations -----
     def share(self, value: Any) -> Shared:
         """``value`` for many tasks: sent once to one worker, fetched by the others as needed (no
-        broadcast, so nothing is replicated to a worker that is gone)."""
+        broadcast, so nothing is replicated to a worker that is gone). With no worker to send it to for
+        ``worker_timeout`` seconds, a ``ClusterLostError`` (``await_workers``): Dask's scatter would wait
+        for one on a timeout of its own and then fail with a bare TimeoutError."""
         if self.local:
             return Shared(value)
-        # wrapped in a list: scatter would send a dict's or a list's items as separate futures
-        return Shared(self._call(self.client.scatter, [value], hash=False)[0])
+        while True:
+            self.await_workers()
+            try:  # wrapped in a list: scatter would send a dict's or a list's items as separate futures
+                return Shared(self._call(self.client.scatter, [value], hash=False)[0])
+            except TimeoutError:  # the last worker left during the scatter: wait for one as above
+                if self.n_workers > 0:
+                    raise
 
     def map(self, fn: Callable, *args: Any) -> BlockSet:
         """Block i of the result is ``fn(*values)``: the i-th value of every BlockSet argument, the value of
