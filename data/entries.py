@@ -30,10 +30,8 @@ def check_range(ids: np.ndarray, lo: int, hi: int, lines: np.ndarray, path: Path
     """Every id must lie in ``lo..hi``; otherwise an error naming the first line at fault."""
     if ids.size == 0 or (lo <= ids.min() and ids.max() <= hi):
         return
-    bad = (ids < lo) | (ids > hi)
-    if bad.any():
-        k = int(np.argmax(bad))
-        raise InputError(at(path, int(lines[k]), f"{name} {int(ids[k])} is out of range {lo}..{hi}{context}"))
+    k = int(np.argmax((ids < lo) | (ids > hi)))
+    raise InputError(at(path, int(lines[k]), f"{name} {int(ids[k])} is out of range {lo}..{hi}{context}"))
 
 
 def check_kind_values(kind: str, values: np.ndarray, lines: np.ndarray, path: PathLike,

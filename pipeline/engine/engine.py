@@ -209,17 +209,16 @@ class Engine:
     def share(self, value: Any) -> Shared:
         """``value`` for many tasks: sent once to one worker, fetched by the others as needed (no
         broadcast, so nothing is replicated to a worker that is gone). With no worker to send it to for
-        ``worker_timeout`` seconds, a ``ClusterLostError`` (``await_workers``): Dask's scatter would wait
-        for one on a timeout of its own and then fail with a bare TimeoutError."""
+        ``worker_timeout`` seconds, a ``ClusterLostError``: Dask's scatter waits that long for a running
+        worker (its ``timeout`` bounds only that wait) and then fails with a bare TimeoutError."""
         if self.local:
             return Shared(value)
-        while True:
-            self.await_workers()
-            try:  # wrapped in a list: scatter would send a dict's or a list's items as separate futures
-                return Shared(self._call(self.client.scatter, [value], hash=False)[0])
-            except TimeoutError:  # the last worker left during the scatter: wait for one as above
-                if self.n_workers > 0:
-                    raise
+        try:  # wrapped in a list: scatter would send a dict's or a list's items as separate futures
+            return Shared(self._call(self.client.scatter, [value], hash=False, timeout=self.worker_timeout)[0])
+        except TimeoutError:
+            if self.n_workers == 0:
+                raise ClusterLostError(f"no Dask worker for {self.worker_timeout:g} s") from None
+            raise
 
     def map(self, fn: Callable, *args: Any) -> BlockSet:
         """Block i of the result is ``fn(*values)``: the i-th value of every BlockSet argument, the value of

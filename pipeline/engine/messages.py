@@ -65,9 +65,9 @@ def raise_terminated(signum: int, frame: object) -> None:
 
 
 def explain(exc: BaseException, resume_hint: str | None) -> tuple[str, int]:
-    """The one line shown for ``exc`` and the exit status (1, or 130 for Ctrl-C and 143 for SIGTERM). ``resume_hint`` says how
-    to continue the run the command was working on, e.g. "the run is checkpointed at step 40:
-    `buffet resume runs/x`", or None when the command has no run."""
+    """The one line shown for ``exc`` and the exit status (1, or 130 for Ctrl-C and 143 for SIGTERM).
+    ``resume_hint`` says how to continue the run the command was working on, e.g. "the run is checkpointed at
+    step 40: `buffet resume runs/x`", or None when the command has no run."""
     then = f"; {resume_hint}" if resume_hint else ""
     if isinstance(exc, Terminated):
         return f"stopped by SIGTERM (a job scheduler or kill){then}", 143
