@@ -11,6 +11,7 @@ import json
 import os
 import platform
 import resource
+import signal
 import subprocess
 import threading
 import time
@@ -165,14 +166,21 @@ def record(path: str | None, result: dict) -> None:
             out.write(line + "\n")
 
 
-def run_measured(cmd: list[str], interval: float = 0.1) -> dict:
+def run_measured(cmd: list[str], interval: float = 0.1, time_limit: float | None = None,
+                 check: bool = True) -> dict:
     """Run ``cmd``; return wall seconds, CPU seconds and the peak summed RSS of its process tree (the CPU of
-    every process of the tree that was waited for, e.g. ingest's reading process)."""
+    every process of the tree that was waited for, e.g. ingest's reading process), its exit status, and
+    whether it was stopped at ``time_limit``: after that many seconds it is sent SIGTERM, which a
+    ``buffet fit`` answers by checkpointing and exiting with status 143. With ``check`` any other
+    non-zero status ends the benchmark with the command's output."""
     cpu0 = _children_cpu()
     t0 = time.perf_counter()
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    output: list[str] = []
+    reader = threading.Thread(target=lambda: output.extend(proc.stdout), daemon=True)
+    reader.start()
     root = psutil.Process(proc.pid)
-    peak = 0
+    peak, stopped = 0, False
     while proc.poll() is None:
         total = 0
         try:
@@ -184,13 +192,18 @@ def run_measured(cmd: list[str], interval: float = 0.1) -> dict:
         except psutil.Error:
             pass
         peak = max(peak, total)
+        if time_limit is not None and not stopped and time.perf_counter() - t0 > time_limit:
+            proc.send_signal(signal.SIGTERM)
+            stopped = True
         time.sleep(interval)
-    out = proc.stdout.read()
+    reader.join()
+    out = "".join(output)
     seconds = time.perf_counter() - t0
-    if proc.returncode != 0:
+    if check and proc.returncode != 0 and not (stopped and proc.returncode == 143):
         raise SystemExit(f"{' '.join(cmd)} failed ({proc.returncode}):\n{out[-3000:]}")
     return {"seconds": seconds, "cpu_seconds": _children_cpu() - cpu0, "peak_rss_mb": peak / 2**20,
-            "command": " ".join(cmd), "output_tail": out[-400:]}
+            "command": " ".join(cmd), "returncode": proc.returncode, "stopped_at_time_limit": stopped,
+            "output_tail": out[-400:]}
 
 
 def _children_cpu() -> float:
