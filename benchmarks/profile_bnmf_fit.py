@@ -7,6 +7,7 @@ with the reduction of their statistics (the engine's round trip), and the client
 The workers' CPU is the process's CPU minus the client thread's.
 
     python benchmarks/profile_bnmf_fit.py STORE [--k 100] [--batch-size 1000] [--set name=value ...]
+        [--worker-kind threads|processes] [--steps N] [--switch-interval S]
 """
 
 from __future__ import annotations
@@ -62,14 +63,21 @@ def main() -> None:
     p.add_argument("--batch-size", type=int, default=1000)
     p.add_argument("--set", action="append", default=[], type=setting, metavar="NAME=VALUE",
                    help="any other BNMFConfig setting, e.g. --set kappa=0.7 (repeatable)")
+    p.add_argument("--worker-kind", choices=["threads", "processes"], default="threads",
+                   help="the LocalCluster's workers: 2 threads in this process (the CLI's default) or 2 processes")
+    p.add_argument("--steps", type=int, default=None, help="time only the first N SVI steps (default: one pass)")
+    p.add_argument("--switch-interval", type=float, default=None,
+                   help="the interpreter's GIL switch interval in seconds (sys.setswitchinterval; default 0.005)")
     args = p.parse_args()
+    if args.switch_interval is not None:
+        sys.setswitchinterval(args.switch_interval)
     config = BNMFConfig(n_topics=args.k, batch_size=args.batch_size, eval_every=0, **dict(args.set))
     clock = Clock()
     for name in ("local_view", "stochastic_update"):
         clock.wrap(bnmf_model.BNMF, name)
     out = {"imports": imports}
     w, c = time.perf_counter(), time.process_time()
-    with dask_client(2, dashboard=False, quiet=True, worker_kind="threads") as client:
+    with dask_client(2, dashboard=False, quiet=True, worker_kind=args.worker_kind) as client:
         out["cluster_start"] = (time.perf_counter() - w, time.process_time() - c)
         engine = Engine(client)
         clock.wrap(engine, "reduce")
@@ -78,15 +86,19 @@ def main() -> None:
         driver.start()
         out["driver"] = (time.perf_counter() - w, time.process_time() - c)
         w, c, ct = time.perf_counter(), time.process_time(), time.thread_time()
-        for step in range(driver.total_steps()):
+        steps = driver.total_steps() if args.steps is None else min(args.steps, driver.total_steps())
+        for step in range(steps):
             driver.step(step)
         loop_wall, loop_cpu, client_cpu = time.perf_counter() - w, time.process_time() - c, time.thread_time() - ct
         w = time.perf_counter()
     out["cluster_stop"] = (time.perf_counter() - w, None)
     out["loop"] = (loop_wall, loop_cpu)
-    out["steps"] = driver.total_steps()
+    out["steps"] = steps
+    out["worker_kind"] = args.worker_kind
+    out["switch_interval"] = sys.getswitchinterval()
     out["loop_client_thread_cpu"] = client_cpu
-    out["loop_workers_cpu"] = loop_cpu - client_cpu
+    # worker processes spend CPU outside this process, where process_time does not see it
+    out["loop_workers_cpu"] = loop_cpu - client_cpu if args.worker_kind == "threads" else None
     out["per_call"] = {name: {"wall": clock.wall[name], "client_cpu": clock.cpu[name]} for name in clock.wall}
     print(json.dumps(out, indent=1))
 
