@@ -1,11 +1,12 @@
 """Issue 3 scale benchmark: IMF (and INMF) on a masked 100k x 1000 linear-Gaussian matrix with K+ = 10.
 
 Data (SPEC 3.1 model): Z ~ Bernoulli(0.3) (N x 10), A ~ N(0, 1) (10 x D), or with ``--nonnegative``
-|N(0, 1)| (the truncated Gaussian of INMF's prior, SPEC 3.2), X = Z A + N(0, 0.25) noise; each entry is missing with probability ``--missing`` (the mask) and each observed entry is
-held out with probability 1% (the store's ``heldout`` split of entries, which ``buffet evaluate``
-scores). A is drawn once; the rows are drawn, checked and appended one chunk of ``--chunk-rows`` at
-a time with the store's streaming writers (``StoreWriter`` + ``DenseWriter``, as the text ingests
-use), so writing never holds more than one chunk of the matrix.
+|N(0, 1)| (the truncated Gaussian of INMF's prior, SPEC 3.2), X = Z A + N(0, 0.25) noise; each entry
+is missing with probability ``--missing`` (the mask) and each observed entry is held out with
+probability 1% (the store's ``heldout`` split of entries, which ``buffet evaluate`` scores). A is
+drawn once; the rows are drawn, checked and appended one chunk of ``--chunk-rows`` at a time with the
+store's streaming writers (``StoreWriter`` + ``DenseWriter``, as the text ingests use), so writing
+never holds more than one chunk of the matrix.
 
 Each model runs as the ``buffet fit imf|inmf`` command in a subprocess on the embedded LocalCluster
 (rows streamed as chunk tasks): wall time, peak resident memory summed over the command's process
@@ -121,9 +122,10 @@ def fit(model: str, store: Path, run: Path, args: argparse.Namespace) -> dict:
     with ForeignLoad() as load:
         res = run_measured(cmd, time_limit=args.time_limit, check=False)
     own_cpu = children_cpu_seconds() - cpu0
-    measured = {"model": model, "seconds": res["seconds"], "peak_rss_mb": res["peak_rss_mb"], "own_cpu_seconds": own_cpu,
-                "busy_before_cores": busy_before, "foreign_load_cores": load.cores(own_cpu), "command": res["command"],
-                "returncode": res["returncode"], "stopped_at_time_limit": res["stopped_at_time_limit"]}
+    measured = {"model": model, "seconds": res["seconds"], "peak_rss_mb": res["peak_rss_mb"],
+                "own_cpu_seconds": own_cpu, "busy_before_cores": busy_before,
+                "foreign_load_cores": load.cores(own_cpu), "command": res["command"], "returncode": res["returncode"],
+                "stopped_at_time_limit": res["stopped_at_time_limit"]}
     if res["returncode"] != 0 and not res["stopped_at_time_limit"]:
         return {**measured, "status": "failed", "output_tail": res["output_tail"]}
     evaluation = json.loads(subprocess.run([BUFFET, "evaluate", str(run), "--json", "--workers", "1", "--quiet"],
@@ -170,8 +172,8 @@ def main() -> None:
                           "seconds": time.perf_counter() - t0, "peak_rss_mb": mem.peak / 2**20})
 
     settings = {"max_k": args.max_k, "n_candidates": args.n_candidates, "select": args.select,
-                "chunk_rows": args.chunk_rows, "workers": args.workers, "stop_after": args.stop_after, "time_limit": args.time_limit, "true_k": TRUE_K,
-                "noise_sd": float(np.sqrt(NOISE_VAR))}
+                "chunk_rows": args.chunk_rows, "workers": args.workers, "stop_after": args.stop_after,
+                "time_limit": args.time_limit, "true_k": TRUE_K, "noise_sd": float(np.sqrt(NOISE_VAR))}
     for model in args.models.split(","):
         run = work / f"{name}.{model}.run"
         record(args.results, {**base, "stage": "fit", **data, **settings, **fit(model, store, run, args)})

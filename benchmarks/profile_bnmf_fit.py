@@ -4,7 +4,7 @@ Times, on the wall clock and in CPU seconds: the imports a `buffet fit bnmf` nee
 LocalCluster (thread workers, the CLI's default for bnmf), building the driver (store metadata, the
 block graph), and then every SVI step split into the client's topic view, the workers' local steps
 with the reduction of their statistics (the engine's round trip), and the client's global update.
-The workers' CPU is the process's CPU minus the client thread's.
+With thread workers (the default), the workers' CPU is the process's CPU minus the client thread's.
 
     python benchmarks/profile_bnmf_fit.py STORE [--k 100] [--batch-size 1000] [--set name=value ...]
         [--worker-kind threads|processes] [--steps N] [--switch-interval S]
