@@ -3,8 +3,8 @@ thread and on several threads of one process, as the default thread workers run 
 
     python benchmarks/local_step_groups.py STORE [--group-kib 4096 1536 ...] [--threads 1 2] [--docs 4000]
 
-Topics: the q(beta) that ``profile_local_step.py`` caches next to STORE (20 SVI minibatches); training
-settings (at most 10 sweeps, tolerance 1e-3). The first ``--docs`` documents are cut into blocks of
+Topics: the q(beta) that ``profile_local_step.py`` caches next to STORE (20 SVI minibatches); the local
+settings of a training step of ``buffet fit bnmf`` with its defaults (``BNMFConfig.local_settings``). The first ``--docs`` documents are cut into blocks of
 ``--block`` documents (an SVI step's block per worker thread); each block is one ``local_step`` call,
 the blocks shared out over ``--threads`` threads with OpenBLAS held to one thread, as on the workers.
 Prints, per group size and thread count, the best of ``--repeat`` rounds: wall seconds and CPU
@@ -26,6 +26,7 @@ from threadpoolctl import threadpool_limits
 
 from buffet.data.store import Dataset
 from buffet.kernels import bnmf
+from buffet.pipeline.models.bnmf import BNMFConfig
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from profile_local_step import topics_for  # noqa: E402
@@ -44,7 +45,7 @@ def main() -> None:
     topics = np.load(topics_for(args.store))
     view = bnmf.TopicView.from_params(topics["g"], topics["h"])
     hyper = bnmf.Hyper.paper_defaults(*topics["g"].shape)
-    settings = bnmf.LocalSettings(tol=1e-3, max_sweeps=10)
+    settings = BNMFConfig(n_topics=topics["g"].shape[1]).local_settings()
     data = Dataset(args.store)
     blocks = [data.read_rows(lo, min(lo + args.block, args.docs)) for lo in range(0, args.docs, args.block)]
 

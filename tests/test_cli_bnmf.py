@@ -60,7 +60,8 @@ def test_fit_evaluate_export_report(tmp_path, store, capsys):
 MIN_PROGRESS_LINE = 66  # bytes of a bnmf progress line past step 9: "[bnmf] step 10/84  pass=1  docs_seen=..."
 
 
-def _interrupt_after_checkpoint(args: list, checkpoint_step: int, sig: int = signal.SIGINT) -> subprocess.CompletedProcess:
+def _interrupt_after_checkpoint(args: list, checkpoint_step: int,
+                                sig: int = signal.SIGINT) -> subprocess.CompletedProcess:
     """Run ``buffet ARGS`` (a fit or resume printing one progress line per step on stderr) and send it
     ``sig`` once the checkpoint of step ``checkpoint_step`` is committed; returns the ended process.
 
