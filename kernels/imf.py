@@ -53,6 +53,10 @@ Post = dict[str, np.ndarray]
 
 LOG_2PI = float(np.log(2.0 * np.pi))
 
+ICA_RANK_TOL = 1e-10
+"""``ica_step`` gives up when the smallest eigenvalue of W W^T is below this fraction of the largest: the rows
+of W are then linearly dependent to rounding, and its inverse square root would amplify rounding noise."""
+
 LOGIT_BOUND = 345.0
 """Bound on |logit nu_ik| in the q(z) update (SPEC 3.1): every nu_ik lies in [expit(-345), 1], expit(-345) =
 1.5e-150.
@@ -581,16 +585,21 @@ def ica_sums(y: np.ndarray, white: np.ndarray) -> Stats:
     return {"gy": (y * y).T @ white, "y_sum": y.sum(axis=0)}
 
 
-def ica_step(sums: Stats, unmixing: np.ndarray, n_rows: float) -> np.ndarray:
+def ica_step(sums: Stats, unmixing: np.ndarray, n_rows: float) -> np.ndarray | None:
     """The symmetric FastICA fixed point w_k <- E[white g(y_k)] - E[g'(y_k)] w_k with g(u) = u^2, followed by
-    W <- (W W^T)^(-1/2) W.
+    W <- (W W^T)^(-1/2) W; None when the updated rows are (numerically) linearly dependent, so that
+    (W W^T)^(-1/2) does not exist: the contrast has no fixed point from here.
 
     Binary sources z_ik ~ Bern(p_k), p_k != 1/2, are skewed (skewness (1 - 2 p) / sqrt(p (1 - p))), so
     maximising the third moments of the whitened rows unmixes X = Z A + noise into one source per feature
     where the residual directions mix them (issue #13 item 3).
     """
     updated = sums["gy"] / n_rows - 2.0 * (sums["y_sum"] / n_rows)[:, None] * unmixing
+    if not np.all(np.isfinite(updated)):
+        return None
     values, vectors = np.linalg.eigh(updated @ updated.T)
+    if values[0] <= ICA_RANK_TOL * values[-1]:
+        return None
     return (vectors / np.sqrt(values)) @ vectors.T @ updated
 
 

@@ -273,6 +273,19 @@ def test_ica_unmixes_planted_binary_features() -> None:
     assert all(np.mean(z[:, k] == data.Z[:, t]) > 0.999 for t, k in enumerate(matched))
 
 
+def test_ica_step_gives_up_on_dependent_sources() -> None:
+    """Whitened data with two identical columns (a binary matrix with duplicated columns, as role matrices have)
+    make the updated unmixing rows dependent: the step says so (None) instead of taking the inverse square
+    root of a singular W W^T, which gave NaN and then numpy's "Eigenvalues did not converge"."""
+    rng = np.random.default_rng(0)
+    column = rng.random((50, 1))
+    whitened = np.hstack([column, column]) - column.mean()
+    sums = imf.ica_sums(whitened @ np.eye(2).T, whitened)
+    assert imf.ica_step(sums, np.eye(2), 50.0) is None
+    nan_sums = {key: np.full_like(value, np.nan) for key, value in sums.items()}
+    assert imf.ica_step(nan_sums, np.eye(2), 50.0) is None
+
+
 def test_pruning_keeps_the_selected_features() -> None:
     x, mask, nu = small_problem(6, True)
     _, stats, post = fitted_state(x, mask, nu, imf.Hyper())

@@ -465,11 +465,14 @@ class IMFDriver:
 
     def _ica(self, whitened: BlockSet, n_rows: float, k: int) -> np.ndarray | None:
         """Unmixing matrix (k, k) of the whitened rows by symmetric FastICA (``kernels.imf.ica_step``) from the
-        identity, each step a reduction over the blocks; None if it has not converged in ``ICA_STEPS``."""
+        identity, each step a reduction over the blocks; None if it has not converged in ``ICA_STEPS`` or a step
+        has no fixed point (``kernels.imf.ica_step``)."""
         unmixing = np.eye(k)
         for _ in range(ICA_STEPS):
             sums = self.engine.reduce(self.engine.map(ica_sums_task, whitened, unmixing))
             updated = imf.ica_step(sums, unmixing, n_rows)
+            if updated is None:
+                return None
             moved = np.max(1.0 - np.abs(np.sum(updated * unmixing, axis=1)))
             unmixing = updated
             if moved <= ICA_TOL:
