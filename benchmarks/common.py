@@ -218,11 +218,11 @@ def timed_svi_pass(make_driver, config, store: str, workers: int, worker_kind: s
     driver, its trace and the pass's wall seconds, own CPU seconds, foreign load and peak memory."""
     from buffet.pipeline.engine.cluster import dask_client
     from buffet.pipeline.engine.dataset import source_of
-    from buffet.pipeline.engine.engine import Engine
+    from buffet.pipeline.engine.executor_choice import engine_on
 
     with PeakMemory() as mem:
         with dask_client(workers, dashboard=False, quiet=True, worker_kind=worker_kind) as client:
-            driver = make_driver(config, source_of(store), Engine(client))
+            driver = make_driver(config, source_of(store), engine_on(client))
             driver.eval_rows = None  # held-out scoring happens afterwards, outside the timed pass
             driver.start()
             mem.reset_cpu()

@@ -51,6 +51,8 @@ from buffet.pipeline.engine.blas import single_threaded_blas
 from buffet.pipeline.engine.cluster import dask_client
 from buffet.pipeline.engine.dataset import read_dense_chunk, read_seen_chunk, row_ranges, source_of
 from buffet.pipeline.engine.engine import Engine, add_stats
+from buffet.pipeline.engine.executor_choice import engine_on
+from buffet.pipeline.engine.process_executor import ProcessEngine
 from buffet.pipeline.models.imf import IMFConfig, IMFDriver, INMFConfig, empty_nu_task, row_task, stats_task
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -231,9 +233,9 @@ def check(args: argparse.Namespace, base: dict) -> None:
         for name, data in (("plain, one chunk", one_chunk(chunks)), ("plain, engine's chunks", chunks)):
             result, state = plain_run(config, data, nu0, args.steps, None)
             runs[name] = (np.array(result["evidence"]), np.concatenate(state.nu))
-        runs["engine, in process"] = driver_values(config, store, nu0, args.steps, Engine())
+        runs["engine, in process"] = driver_values(config, store, nu0, args.steps, ProcessEngine())
         with dask_client(WORKERS, dashboard=False, quiet=True) as client:
-            runs[f"engine, {WORKERS} worker processes"] = driver_values(config, store, nu0, args.steps, Engine(client))
+            runs[f"engine, {WORKERS} worker processes"] = driver_values(config, store, nu0, args.steps, engine_on(client))
         ref_l, ref_nu = runs["engine, in process"]
         gaps = {name: {"evidence": relative_gap(l, ref_l), "nu": float(np.max(np.abs(nu - ref_nu)))}
                 for name, (l, nu) in runs.items()}
@@ -276,7 +278,7 @@ def compare(args: argparse.Namespace, base: dict) -> None:
     common = {**base, "stage": "compare", "rows": args.rows, "cols": args.cols, "k": args.k, "steps": args.steps,
               "chunk_rows": args.chunk_rows, "worker_mmap_threshold": args.mmap_threshold}
     with PeakMemory() as tree, cluster(args.mmap_threshold) as client:
-        engine = Engine(client)
+        engine = engine_on(client)
         drivers = {m: IMFDriver(fixed_k_config(m, args.k, args.chunk_rows), source_of(str(store)), engine)
                    for m in args.models.split(",")}
         for round_ in range(args.rounds):
@@ -438,7 +440,7 @@ def profile(args: argparse.Namespace, base: dict) -> None:
             config = fixed_k_config(model, args.k, args.chunk_rows)
             before = load_now()
             plain = plain_pieces(config, chunks, nu0, args.steps)
-            driver = IMFDriver(config, source_of(str(store)), Engine(client))
+            driver = IMFDriver(config, source_of(str(store)), engine_on(client))
             driver.start(nu0)
             clock = StepClock()
             clock.attach(driver)

@@ -28,7 +28,7 @@ from common import setting  # noqa: E402
 
 from buffet.pipeline.engine.cluster import dask_client  # noqa: E402
 from buffet.pipeline.engine.dataset import source_of  # noqa: E402
-from buffet.pipeline.engine.engine import Engine  # noqa: E402
+from buffet.pipeline.engine.executor_choice import engine_on  # noqa: E402
 from buffet.pipeline.models import bnmf as bnmf_model  # noqa: E402
 from buffet.pipeline.models.bnmf import BNMFConfig  # noqa: E402
 from buffet.pipeline.reports.bnmf import make_driver  # noqa: E402
@@ -79,7 +79,7 @@ def main() -> None:
     w, c = time.perf_counter(), time.process_time()
     with dask_client(2, dashboard=False, quiet=True, worker_kind=args.worker_kind) as client:
         out["cluster_start"] = (time.perf_counter() - w, time.process_time() - c)
-        engine = Engine(client)
+        engine = engine_on(client)
         clock.wrap(engine, "reduce")
         w, c = time.perf_counter(), time.process_time()
         driver = make_driver(config, source_of(args.store), engine)

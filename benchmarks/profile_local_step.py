@@ -61,11 +61,11 @@ def topics_for(store: str) -> Path:
     import numpy as np
     from buffet.kernels import bnmf
     from buffet.pipeline.engine.dataset import source_of
-    from buffet.pipeline.engine.engine import Engine
+    from buffet.pipeline.engine.process_executor import ProcessEngine
     from buffet.pipeline.models.bnmf import BNMFConfig
     from buffet.pipeline.reports.bnmf import make_driver
 
-    drv = make_driver(BNMFConfig(n_topics=100, batch_size=1000, chunk_rows=500), source_of(store), Engine())
+    drv = make_driver(BNMFConfig(n_topics=100, batch_size=1000, chunk_rows=500), source_of(store), ProcessEngine())
     drv.eval_rows = None  # no held-out scoring on the way
     drv.start()
     g0, h0 = drv.globals["g"].copy(), drv.globals["h"].copy()

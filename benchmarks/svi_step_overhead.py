@@ -19,7 +19,7 @@ import time
 
 from buffet.pipeline.engine.cluster import dask_client
 from buffet.pipeline.engine.dataset import source_of
-from buffet.pipeline.engine.engine import Engine
+from buffet.pipeline.engine.executor_choice import engine_on
 from buffet.pipeline.models.bnmf import BNMFConfig
 from buffet.pipeline.reports.bnmf import make_driver
 
@@ -34,7 +34,7 @@ def main() -> None:
     config = BNMFConfig(n_topics=args.k, batch_size=1000, eval_every=0)
     with dask_client(2, dashboard=False, quiet=True, worker_kind="threads") as client:
         started = time.perf_counter()
-        driver = make_driver(config, source_of(args.store), Engine(client))
+        driver = make_driver(config, source_of(args.store), engine_on(client))
         driver.start()
         built = time.perf_counter() - started
         for step in range(args.warm_up):

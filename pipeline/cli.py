@@ -18,7 +18,7 @@ import sys
 import threading
 import typing
 from pathlib import Path
-from typing import Iterator, Sequence
+from typing import Any, Callable, Iterator, Sequence
 
 import numpy as np
 
@@ -26,11 +26,15 @@ from buffet.data.arrays import DEFAULT_ROWS_PER_CHUNK
 from buffet.data.errors import UserError
 from buffet.data.urls import exists, join, normalise, parse_storage_options, set_default_storage_options, write_bytes
 from buffet.kernels.bnmf import top_words, topic_mass
-from buffet.pipeline.engine.cluster import CLUSTER_KINDS, DASHBOARD_ADDRESS, WORKER_KINDS, dask_client
+from buffet.pipeline.engine.cluster import (CLUSTER_KINDS, DASHBOARD_ADDRESS, WORKER_KINDS, configured_scheduler,
+                                            dask_client)
 from buffet.pipeline.engine.codec import from_arrays
+from buffet.pipeline.engine.dask_executor import DaskEngine
 from buffet.pipeline.engine.dataset import source_of
 from buffet.pipeline.engine.engine import Engine
-from buffet.pipeline.engine.messages import console, explain, raise_terminated
+from buffet.pipeline.engine.executor_choice import EXECUTORS, choose, stored_entries
+from buffet.pipeline.engine.messages import console, explain, logger, raise_terminated
+from buffet.pipeline.engine.process_executor import ProcessEngine
 from buffet.pipeline.engine.runs import (config_from, fit_run, models, registered_alone, resume_run, run_source,
                                          spec_for)
 from buffet.pipeline.engine.runstore import RunStore, encode_arrays
@@ -65,6 +69,12 @@ def _cluster_args(p: argparse.ArgumentParser) -> None:
                    help="stop with a message naming the last checkpoint when the cluster has had no worker for this "
                         "many seconds; a fit that loses some workers goes on with the others (default: "
                         "%(default)s)")
+    p.add_argument("--executor", choices=EXECUTORS, default="auto",
+                   help="where the work runs: process (in this process, on one core), cluster (the embedded "
+                        "LocalCluster or the cluster the options name) or auto: in this process when no cluster is "
+                        "named and the data hold at most the model's limit of stored entries (2,000,000 unless the "
+                        "model sets another), else on the cluster; the progress line says which and why "
+                        "(default: %(default)s)")
     p.add_argument("--quiet", action="store_true",
                    help="print no progress lines and no dashboard address, only the results")
 
@@ -239,13 +249,36 @@ def build_parser(fit_model: str | None = None) -> argparse.ArgumentParser:
     return parser
 
 
+def cluster_named(args: argparse.Namespace) -> str | None:
+    """The option or setting of a command that names a cluster to run on, if any (``executor_choice``)."""
+    if args.scheduler:
+        return "--scheduler"
+    if args.cluster == "kube":
+        return "--cluster kube"
+    if configured_scheduler():
+        return "DASK_SCHEDULER_ADDRESS"
+    if args.workers is not None:
+        return "--workers"
+    return "--worker-kind" if args.worker_kind else None
+
+
 @contextlib.contextmanager
-def engine_for(args: argparse.Namespace, model: str) -> Iterator[Engine]:
-    """An engine on the cluster the options name; the LocalCluster's worker kind defaults to ``model``'s."""
-    kind = args.worker_kind or spec_for(model).worker_kind
+def engine_for(args: argparse.Namespace, model: str, data: Callable[[], Any] | None = None) -> Iterator[Engine]:
+    """The engine a command runs ``model`` on: in this process or on a cluster (``executor_choice``; ``data()``
+    opens the job's data to measure it); the LocalCluster's worker kind defaults to ``model``'s."""
+    spec = spec_for(model)
+    choice = choose(args.executor, cluster_named(args), lambda: None if data is None else stored_entries(data()),
+                    spec.process_entries)
+    if not args.quiet:
+        logger("engine").info("executor: %s (%s)", "this process" if choice.executor == "process" else "Dask cluster",
+                              choice.reason)
+    if choice.executor == "process":
+        yield ProcessEngine(args.worker_timeout)
+        return
+    kind = args.worker_kind or spec.worker_kind
     with dask_client(args.workers, args.scheduler, quiet=args.quiet, worker_kind=kind, cluster=args.cluster,
                      dashboard_address=args.dashboard_address) as client:
-        yield Engine(client, worker_timeout=args.worker_timeout)
+        yield DaskEngine(client, worker_timeout=args.worker_timeout)
 
 
 def config_from_args(args: argparse.Namespace):
@@ -262,7 +295,7 @@ def cmd_fit(args: argparse.Namespace) -> None:
     source = source_of(args.store)
     source.open()  # a missing or corrupt store fails here, before a cluster starts
     RunStore.check_new(args.out, args.overwrite)
-    with engine_for(args, args.model) as engine:
+    with engine_for(args, args.model, source.open) as engine:
         run = fit_run(args.model, source, args.out, config, engine, args.overwrite, args.stop_after, args.quiet)
     print(f"run {run.path}: {run.status}")
     _print_topics(run)
@@ -280,14 +313,15 @@ def _print_topics(run: RunStore) -> None:
 
 
 def cmd_resume(args: argparse.Namespace) -> None:
-    with engine_for(args, RunStore(args.run).model) as engine:
+    stored = RunStore(args.run)
+    with engine_for(args, stored.model, run_source(stored).open) as engine:
         run = resume_run(args.run, engine, args.quiet)
     print(f"run {run.path}: {run.status}")
 
 
 def cmd_evaluate(args: argparse.Namespace) -> None:
     run = RunStore(args.run)
-    with engine_for(args, run.model) as engine:
+    with engine_for(args, run.model, run_source(run).open) as engine:
         result = evaluate_run(run, engine)
     if args.json:
         print(json.dumps(result))
@@ -297,14 +331,14 @@ def cmd_evaluate(args: argparse.Namespace) -> None:
 
 
 def cmd_export(args: argparse.Namespace) -> None:
-    arrays = export_run(RunStore(args.run), Engine())
+    arrays = export_run(RunStore(args.run), ProcessEngine())
     out = normalise(args.out)
     write_bytes(out, encode_arrays(arrays))
     print(f"wrote {out} ({', '.join(sorted(arrays))})")
 
 
 def cmd_report(args: argparse.Namespace) -> None:
-    files = report_run(RunStore(args.run), Engine(), Path(args.out))
+    files = report_run(RunStore(args.run), ProcessEngine(), Path(args.out))
     print("\n".join(str(f) for f in files))
 
 
@@ -331,10 +365,11 @@ def cmd_ingest(args: argparse.Namespace) -> None:
 
 
 def cmd_demo(args: argparse.Namespace) -> None:
-    from buffet.pipeline.experiments.demo import run_demo
+    from buffet.pipeline.experiments.demo import demo_dataset, run_demo
 
-    with engine_for(args, "bnmf") as engine:
-        run_demo(Path(args.out), args.k, args.passes, engine, args.overwrite, args.quiet)
+    store = demo_dataset(Path(args.out), args.overwrite)
+    with engine_for(args, "bnmf", source_of(store).open) as engine:
+        run_demo(Path(args.out), store, args.k, args.passes, engine, args.overwrite, args.quiet)
 
 
 def cmd_reproduce(args: argparse.Namespace) -> None:

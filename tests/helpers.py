@@ -20,7 +20,7 @@ from scipy.special import logsumexp
 from buffet.pipeline.cli import main
 from buffet.pipeline.engine import codec
 from buffet.pipeline.engine.checkpoints import Saved
-from buffet.pipeline.engine.engine import Engine
+from buffet.pipeline.engine.process_executor import ProcessEngine
 from buffet.pipeline.engine.runs import config_from, restored, run_source, spec_for
 from buffet.pipeline.estimators import (IMF, INMF, BayesianNMF, BinaryMF, CorrelatedNMF, LinearGaussianGibbs,
                                         LinearGaussianParticleFilter, NoisyORGibbs, NoisyORParticleFilter)
@@ -85,7 +85,7 @@ def checkpoint(run: RunStore) -> tuple[dict, list[dict]]:
     """Everything a run's newest checkpoint holds as flat arrays (the driver's globals and every block of
     every named state, ``engine.codec``), read back through ``checkpoints.Saved`` in this process, and its
     trace without the wall-clock times."""
-    engine, spec = Engine(), spec_for(run.model)
+    engine, spec = ProcessEngine(), spec_for(run.model)
     driver = spec.make_driver(config_from(spec, run.params), run_source(run), engine)
     position = Saved(RunStore(run.path), engine).restore(driver)
     values = {"globals": driver.global_arrays(), **{name: engine.collect(blocks) for name, blocks in engine.states.items()}}
@@ -94,7 +94,7 @@ def checkpoint(run: RunStore) -> tuple[dict, list[dict]]:
 
 def restored_driver(run: RunStore, states: tuple[str, ...] = ()) -> object:
     """A run's driver at its newest checkpoint, in this process, with the named block ``states`` read back."""
-    return restored(RunStore(run.path), Engine(), states)[0]
+    return restored(RunStore(run.path), ProcessEngine(), states)[0]
 
 
 def assert_same(a: tuple[dict, list[dict]], b: tuple[dict, list[dict]]) -> None:

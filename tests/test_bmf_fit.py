@@ -14,7 +14,8 @@ from buffet.data.errors import UserError
 from buffet.data.splits import add_split
 from buffet.data.store import Dataset
 from buffet.pipeline.engine.dataset import MemoryRows, source_of
-from buffet.pipeline.engine.engine import Engine
+from buffet.pipeline.engine.executor_choice import engine_on
+from buffet.pipeline.engine.process_executor import ProcessEngine
 from buffet.pipeline.engine.loop import Position, run_loop
 from buffet.pipeline.engine.runs import fit_run, resume_run
 from buffet.pipeline.engine.selection import validation_folds
@@ -32,7 +33,7 @@ def _fit(model_store, out, config, engine, **options):
 
 def _samples(config, X, mask, burn=100):
     """(U, V) after each sweep past ``burn`` of the driver on an in-memory matrix."""
-    driver = BMFDriver(config, source_of(MemoryRows(X, mask)), Engine())
+    driver = BMFDriver(config, source_of(MemoryRows(X, mask)), ProcessEngine())
     driver.start()
     out = []
     for s in range(config.sweeps):
@@ -123,24 +124,24 @@ def test_bars_missing_halves_are_reconstructed(tmp_path, stores):
     images (much closer than the prior mean 0 and than the top-half nearest neighbour's bottom half)."""
     bars = stores["bars_data"]
     run = _fit(stores["bars"], tmp_path / "run", BMFConfig(sweeps=150, burn_in=75, alpha=2.0, lam=4.0, select="none",
-                                                           panel_rows=50), Engine())
-    pred = export_run(run, Engine())["predictive_mean"]
+                                                           panel_rows=50), ProcessEngine())
+    pred = export_run(run, ProcessEngine())["predictive_mean"]
     missing = bars.missing
     rmse = np.sqrt(np.mean((pred[missing] - bars.clean[missing]) ** 2))
     zero = np.sqrt(np.mean(bars.clean[missing] ** 2))
     cut = missing.any(axis=1)
     nn = np.sqrt(np.mean((nearest_bottom(bars.X, missing) - bars.clean[cut][:, 32:]) ** 2))
     assert rmse < 0.65 * zero and rmse < 0.8 * nn, (rmse, zero, nn)       # measured 1.46, 2.66, 2.08
-    result = evaluate_run(run, Engine())
+    result = evaluate_run(run, ProcessEngine())
     assert result["heldout_entries"] == missing.sum() and result["rmse"] < 2.2   # noise sd is sqrt(2)
 
 
 def test_logistic_and_poisson_fits_predict_held_out_entries(tmp_path, stores):
     config = BMFConfig(likelihood="logistic", sweeps=60, burn_in=20, panel_rows=16, seed=2, select="none")
-    result = evaluate_run(_fit(stores["binary"], tmp_path / "logistic", config, Engine()), Engine())
+    result = evaluate_run(_fit(stores["binary"], tmp_path / "logistic", config, ProcessEngine()), ProcessEngine())
     assert result["heldout_entries"] > 200 and result["auc"] > 0.65 and result["log_loss"] < 0.62
     config = BMFConfig(likelihood="poisson", sweeps=60, burn_in=20, panel_rows=16, seed=2, select="none")
-    result = evaluate_run(_fit(stores["counts-ok"], tmp_path / "poisson", config, Engine()), Engine())
+    result = evaluate_run(_fit(stores["counts-ok"], tmp_path / "poisson", config, ProcessEngine()), ProcessEngine())
     ds = Dataset(stores["counts-ok"])
     X, test = ds.read_rows(0, 60).X, ds.split("heldout")["test_mask"]
     oracle = np.sqrt(np.mean((X[test] - stores["rate"][test]) ** 2))                 # the true rates' error
@@ -154,7 +155,7 @@ def test_validation_entries_are_left_out_of_training_and_scored(tmp_path, stores
     config = BMFConfig(likelihood="logistic", sweeps=4, burn_in=1, panel_rows=16, seed=3, select="validation",
                        validation_folds=2)
     fold = validation_folds(config)[0]
-    driver = BMFDriver(config, source_of(stores["binary"]), Engine(), validation=fold)
+    driver = BMFDriver(config, source_of(stores["binary"]), ProcessEngine(), validation=fold)
     driver.start()
     run_loop(driver, None, Position(), quiet=True)
     ds = Dataset(stores["binary"])
@@ -165,10 +166,10 @@ def test_validation_entries_are_left_out_of_training_and_scored(tmp_path, stores
     np.testing.assert_array_equal(predicted, driver.predictive_mean()[target])
     seen = np.vstack([rows.mask for rows in driver.engine.collect(driver.rows)])
     np.testing.assert_array_equal(seen, ~test & ~target)
-    run = _fit(stores["binary"], tmp_path / "chosen", config, Engine())
+    run = _fit(stores["binary"], tmp_path / "chosen", config, ProcessEngine())
     labels = [c["label"] for c in run.selection["candidates"]]
     assert labels[0] == "IBP priors" and len(labels) == 4 and run.selection["chosen"] in labels
-    assert evaluate_run(run, Engine())["selected"] == run.selection["chosen"]
+    assert evaluate_run(run, ProcessEngine())["selected"] == run.selection["chosen"]
 
 
 def test_same_seed_gives_the_same_chain_on_1_and_2_workers_and_resumes(tmp_path, stores, clients):
@@ -176,13 +177,13 @@ def test_same_seed_gives_the_same_chain_on_1_and_2_workers_and_resumes(tmp_path,
     config = BMFConfig(likelihood="logistic", sweeps=6, burn_in=2, panel_rows=16, panel_cols=5, ess_steps=1,
                        select="none", seed=5, checkpoint_every=2, split_merge=2)
     results = {name: checkpoint(_fit(stores["binary"], tmp_path / name, config, engine))
-               for name, engine in (("here", Engine()), ("1", Engine(clients[1])), ("2", Engine(clients[2])))}
+               for name, engine in (("here", ProcessEngine()), ("1", engine_on(clients[1])), ("2", engine_on(clients[2])))}
     assert_same(results["here"], results["1"])
     assert_same(results["here"], results["2"])
     assert sum(r["split_merge_accepted"] for r in results["here"][1]) > 0
-    part = _fit(stores["binary"], tmp_path / "part", config, Engine(clients[2]), stop_after=3)
+    part = _fit(stores["binary"], tmp_path / "part", config, engine_on(clients[2]), stop_after=3)
     assert part.status == "interrupted"
-    assert_same(results["here"], checkpoint(resume_run(str(part.path), Engine(), quiet=True)))
+    assert_same(results["here"], checkpoint(resume_run(str(part.path), ProcessEngine(), quiet=True)))
 
 
 def test_cli_fit_evaluate_export_report(tmp_path, stores, capsys):
@@ -212,6 +213,6 @@ def test_bad_input_gets_a_one_line_error(tmp_path, stores):
     assert proc.returncode == 1
     assert proc.stderr.count("\n") == 1 and "not 0 or 1" in proc.stderr
     with pytest.raises(UserError, match="negative count"):
-        BMFDriver(BMFConfig(likelihood="poisson"), source_of(stores["counts"]), Engine())
+        BMFDriver(BMFConfig(likelihood="poisson"), source_of(stores["counts"]), ProcessEngine())
     with pytest.raises(UserError, match="likelihood must be one of"):
-        BMFDriver(BMFConfig(likelihood="probit"), source_of(stores["counts"]), Engine())
+        BMFDriver(BMFConfig(likelihood="probit"), source_of(stores["counts"]), ProcessEngine())

@@ -8,7 +8,8 @@ from buffet.data.errors import UserError
 from buffet.kernels.bnmf import topic_word
 from buffet.pipeline.estimators import BayesianNMF
 from buffet.pipeline.engine.dataset import source_of
-from buffet.pipeline.engine.engine import Engine
+from buffet.pipeline.engine.executor_choice import engine_on
+from buffet.pipeline.engine.process_executor import ProcessEngine
 from buffet.pipeline.engine.runs import fit_run, resume_run
 from buffet.pipeline.engine.runstore import RunStore
 from buffet.pipeline.engine.seeds import stream
@@ -77,10 +78,10 @@ def test_partial_fit_over_the_minibatches_of_fit_gives_the_same_topics(model_cor
 def test_resumed_run_ends_like_an_uninterrupted_run(tmp_path, corpus_store, mode):
     config = BNMFConfig(n_topics=6, mode=mode, batch_size=400, passes=2, max_iter=8, tol=0.0,
                         chunk_rows=300, checkpoint_every=3, eval_every=4)
-    whole = fit_run("bnmf", source_of(corpus_store), tmp_path / "whole", config, Engine(), quiet=True)
-    part = fit_run("bnmf", source_of(corpus_store), tmp_path / "part", config, Engine(), stop_after=5, quiet=True)
+    whole = fit_run("bnmf", source_of(corpus_store), tmp_path / "whole", config, ProcessEngine(), quiet=True)
+    part = fit_run("bnmf", source_of(corpus_store), tmp_path / "part", config, ProcessEngine(), stop_after=5, quiet=True)
     assert RunStore(part.path).status == "interrupted"
-    resumed = resume_run(str(part.path), Engine(), quiet=True)
+    resumed = resume_run(str(part.path), ProcessEngine(), quiet=True)
     assert resumed.status == "finished"
     (g1, h1), (g2, h2) = [(d.globals["g"], d.globals["h"]) for d in (restored_driver(whole), restored_driver(resumed))]
     np.testing.assert_allclose(topic_word(g1, h1), topic_word(g2, h2), rtol=0, atol=1e-12)
@@ -97,7 +98,7 @@ def test_same_seed_same_topics_on_1_and_2_workers_and_other_chunkings(tmp_path, 
     for i, (workers, chunk_rows) in enumerate([(1, 250), (2, 250), (2, 333), ("threads", 333)]):
         config = BNMFConfig(n_topics=6, mode=mode, batch_size=500, passes=1, max_iter=5, tol=0.0,
                             chunk_rows=chunk_rows, eval_every=2, seed=3, **options)
-        run = fit_run("bnmf", source_of(corpus_store), tmp_path / f"run{i}", config, Engine(clients[workers]),
+        run = fit_run("bnmf", source_of(corpus_store), tmp_path / f"run{i}", config, engine_on(clients[workers]),
                       quiet=True)
         runs.append((topic_word(restored_driver(run).globals["g"], restored_driver(run).globals["h"]),
                      checkpoint(run)[1]))
@@ -114,7 +115,7 @@ def test_an_svi_step_sends_only_its_minibatch_to_the_cluster(corpus_store, clien
     from buffet.pipeline.reports.bnmf import make_driver
 
     config = BNMFConfig(n_topics=4, batch_size=100, chunk_rows=50, eval_every=0)
-    driver = make_driver(config, source_of(corpus_store), Engine(clients["threads"]))
+    driver = make_driver(config, source_of(corpus_store), engine_on(clients["threads"]))
     graph = dict(driver._minibatch(0).array.__dask_graph__())
     assert len(graph) <= 10 * 2  # 2 blocks, a few tasks each; the corpus has 40 blocks
 
@@ -135,11 +136,11 @@ def test_params_round_trip_and_bad_settings_are_refused():
 
 def test_eval_every_zero_scores_nothing_while_fitting(tmp_path, corpus_store):
     config = BNMFConfig(n_topics=4, batch_size=400, passes=1, chunk_rows=400, eval_every=0)
-    run = fit_run("bnmf", source_of(corpus_store), tmp_path / "run", config, Engine(), quiet=True)
+    run = fit_run("bnmf", source_of(corpus_store), tmp_path / "run", config, ProcessEngine(), quiet=True)
     trace = checkpoint(run)[1]
     assert trace and not any("heldout_ll" in r for r in trace)
     scored = fit_run("bnmf", source_of(corpus_store), tmp_path / "scored", BNMFConfig(**{**vars(config), "eval_every": 5}),
-                     Engine(), quiet=True)
+                     ProcessEngine(), quiet=True)
     assert "heldout_ll" in checkpoint(scored)[1][-1]  # the store has a split, so the last step is scored
     with pytest.raises(UserError, match="eval_every"):
         BNMFConfig(eval_every=-1).check()

@@ -13,7 +13,8 @@ import pytest
 from buffet.data.errors import StoreError
 from buffet.data.urls import filesystem, join
 from buffet.pipeline.engine.dataset import source_of
-from buffet.pipeline.engine.engine import Engine
+from buffet.pipeline.engine.executor_choice import engine_on
+from buffet.pipeline.engine.process_executor import ProcessEngine
 from buffet.pipeline.engine.runs import fit_run, resume_run
 from buffet.pipeline.engine.runstore import RunStore, read_block_file, write_block_file
 from buffet.pipeline.models.bnmf import BNMFConfig
@@ -126,7 +127,7 @@ def batch_run(tmp_path, corpus_store):
     checkpoint) and everything its final checkpoint holds (``helpers.checkpoint``)."""
     config = BNMFConfig(n_topics=3, mode="batch", max_iter=4, tol=0.0, chunk_rows=700, checkpoint_every=2,
                         eval_every=100)
-    run = fit_run("bnmf", source_of(corpus_store), tmp_path / "run", config, Engine(), quiet=True)
+    run = fit_run("bnmf", source_of(corpus_store), tmp_path / "run", config, ProcessEngine(), quiet=True)
     return run, checkpoint(run)
 
 
@@ -147,7 +148,7 @@ def test_a_finished_run_whose_final_checkpoint_is_lost_resumes_to_the_same_end(b
     reopened.read_checkpoint()
     assert reopened.status == "interrupted"  # what was read is not the final checkpoint
     with caplog.at_level(logging.WARNING, logger="buffet"):
-        resumed = resume_run(run.path, Engine(clients[workers] if workers else None), quiet=True)
+        resumed = resume_run(run.path, engine_on(clients[workers] if workers else None), quiet=True)
     assert "recorded as finished, but its final checkpoint (step 4) is unreadable" in caplog.text
     assert resumed.status == "finished"
     assert_same(checkpoint(RunStore(run.path)), final)

@@ -12,7 +12,7 @@ import pytest
 from buffet.data.synthetic import write_uci_corpus
 from buffet.pipeline.cli import main
 from buffet.pipeline.engine.dataset import source_of
-from buffet.pipeline.engine.engine import Engine
+from buffet.pipeline.engine.process_executor import ProcessEngine
 from buffet.pipeline.engine.runs import fit_run
 from buffet.pipeline.engine.runstore import RunStore
 from buffet.pipeline.models.bnmf import BNMFConfig
@@ -105,7 +105,7 @@ def test_stopped_and_interrupted_fit_resumes_to_the_uninterrupted_result(tmp_pat
     assert RunStore(run).status == "interrupted" and 4 <= reached <= 4 + 4096 // MIN_PROGRESS_LINE
 
     run_main(capsys, "resume", run, "--workers", 1, "--quiet")
-    whole = fit_run("bnmf", source_of(store), tmp_path / "whole", config, Engine(), quiet=True)
+    whole = fit_run("bnmf", source_of(store), tmp_path / "whole", config, ProcessEngine(), quiet=True)
     assert RunStore(run).status == "finished" and RunStore(run).read_checkpoint().step == 84
     assert_same(checkpoint(RunStore(run)), checkpoint(whole))
 

@@ -10,7 +10,7 @@ from buffet.data.arrays import from_array
 from buffet.data.splits import add_split, holdout_rows
 from buffet.data.store import Dataset
 from buffet.pipeline.engine.dataset import source_of
-from buffet.pipeline.engine.engine import Engine
+from buffet.pipeline.engine.process_executor import ProcessEngine
 from buffet.pipeline.engine.runs import fit_run, resume_run
 from buffet.pipeline.engine.runstore import RunStore
 from buffet.pipeline.models.cnmf import CNMFConfig
@@ -33,10 +33,10 @@ def cnmf_store(tmp_path_factory):
 def test_resumed_run_ends_like_an_uninterrupted_run(tmp_path, cnmf_store, mode):
     config = CNMFConfig(n_topics=4, n_dims=2, mode=mode, batch_size=200, passes=2, max_iter=6, tol=0.0,
                         chunk_rows=150, checkpoint_every=2, eval_every=3)
-    whole = fit_run("cnmf", source_of(cnmf_store), tmp_path / "whole", config, Engine(), quiet=True)
-    part = fit_run("cnmf", source_of(cnmf_store), tmp_path / "part", config, Engine(), stop_after=3, quiet=True)
+    whole = fit_run("cnmf", source_of(cnmf_store), tmp_path / "whole", config, ProcessEngine(), quiet=True)
+    part = fit_run("cnmf", source_of(cnmf_store), tmp_path / "part", config, ProcessEngine(), stop_after=3, quiet=True)
     assert RunStore(part.path).status == "interrupted"
-    resumed = resume_run(str(part.path), Engine(), quiet=True)
+    resumed = resume_run(str(part.path), ProcessEngine(), quiet=True)
     a1, a2 = restored_driver(whole).globals, restored_driver(resumed).globals
     for name in ("g", "h", "L"):
         np.testing.assert_allclose(a1[name], a2[name], rtol=1e-12, atol=1e-12)

@@ -9,7 +9,9 @@ import numpy as np
 import pytest
 
 from buffet.pipeline.engine import codec
-from buffet.pipeline.engine.engine import Engine, _tree
+from buffet.pipeline.engine.engine import Engine, tree_reduce
+from buffet.pipeline.engine.executor_choice import engine_on
+from buffet.pipeline.engine.process_executor import ProcessEngine
 from buffet.pipeline.engine.loop import Position, run_loop
 from buffet.pipeline.engine.messages import ClusterLostError
 from buffet.pipeline.engine.runstore import RunStore
@@ -35,7 +37,7 @@ def concat(*parts: np.ndarray) -> np.ndarray:
 
 @pytest.fixture(params=["local", "cluster"])
 def engine(request, clients):
-    return Engine() if request.param == "local" else Engine(clients[2])
+    return ProcessEngine() if request.param == "local" else engine_on(clients[2])
 
 
 def test_block_operations_agree_in_process_and_on_a_cluster(engine):
@@ -57,7 +59,7 @@ def test_block_operations_agree_in_process_and_on_a_cluster(engine):
 
 
 def test_tree_pairs_neighbours_level_by_level():
-    assert _tree(["a", "b", "c", "d", "e"], bracket) == "(((a+b)+(c+d))+e)"
+    assert tree_reduce(["a", "b", "c", "d", "e"], bracket) == "(((a+b)+(c+d))+e)"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -150,15 +152,15 @@ def walk(engine: Engine, run: RunStore | None = None, **options) -> tuple[list[f
 
 
 def test_the_loop_adds_step_and_cumulative_seconds_and_resumes_exactly(tmp_path):
-    totals, blocks = walk(Engine())
+    totals, blocks = walk(ProcessEngine())
     run = RunStore.create(tmp_path / "run", "toy", None, {})
-    driver = ToyDriver(Engine())
+    driver = ToyDriver(ProcessEngine())
     driver.start()
     first = run_loop(driver, run, Position(), checkpoint_every=3, stop_after=7, quiet=True)
     assert [r["step"] for r in first.trace] == list(range(1, 8)) and run.status == "interrupted"
     from buffet.pipeline.engine.checkpoints import Saved
 
-    engine = Engine()
+    engine = ProcessEngine()
     resumed = ToyDriver(engine)
     position = Saved(run, engine).restore(resumed)
     assert position.step == 7 and position.seconds == first.trace[-1]["seconds"]
@@ -174,13 +176,13 @@ def test_workers_lost_mid_fit_cost_time_not_results(tmp_path, caplog, process_cl
     """One worker killed (the cluster recomputes what it held, or the step is tried again), or every
     worker killed at once (the shared values of the steps since the last checkpoint are gone with them,
     so the fit replays from the checkpoint): the same numbers as an undisturbed fit."""
-    expected, blocks = walk(Engine())
+    expected, blocks = walk(ProcessEngine())
     flags = tmp_path / "die"
     flags.mkdir()
     for block in dying:
         (flags / str(block)).write_text("once")
     with caplog.at_level("WARNING", logger="buffet"):
-        totals, got = walk(Engine(process_cluster), RunStore.create(tmp_path / "run", "toy", None, {}), die_at=7,
+        totals, got = walk(engine_on(process_cluster), RunStore.create(tmp_path / "run", "toy", None, {}), die_at=7,
                            die_file=str(flags))
     assert not any(flags.iterdir())  # every chosen block's task killed its worker
     assert totals == expected
@@ -194,7 +196,7 @@ def test_no_worker_left_stops_within_the_timeout():
     from distributed import Client, LocalCluster
 
     with LocalCluster(n_workers=0, processes=False, dashboard_address=None) as cluster, Client(cluster) as client:
-        engine = Engine(client, worker_timeout=1.0)
+        engine = engine_on(client, worker_timeout=1.0)
         with pytest.raises(ClusterLostError, match="no Dask worker for 1 s"):
             walk(engine)
 
@@ -206,7 +208,7 @@ def test_sharing_a_value_with_no_worker_left_is_a_lost_cluster():
 
     with LocalCluster(n_workers=0, processes=False, dashboard_address=None) as cluster, Client(cluster) as client:
         with pytest.raises(ClusterLostError, match="no Dask worker for 1 s"):
-            Engine(client, worker_timeout=1.0).share(np.arange(3))
+            engine_on(client, worker_timeout=1.0).share(np.arange(3))
 
 
 def _blas_threads(_: object) -> int:
@@ -220,7 +222,7 @@ def test_block_tasks_in_this_process_use_one_blas_thread_like_the_workers():
     the last digit from the same blocks on workers (which run BLAS on one thread)."""
     from threadpoolctl import threadpool_limits
 
-    engine = Engine()
+    engine = ProcessEngine()
     blocks = engine.from_values([0, 1])
     with threadpool_limits(limits=2, user_api="blas"):  # this process's BLAS on two threads
         assert _blas_threads(None) == 2

@@ -16,7 +16,7 @@ from buffet.data.arrays import from_array
 from buffet.data.synthetic import bnmf_corpus
 from buffet.data.ibp_synthetic import image_data, noisy_or_data
 from buffet.pipeline.engine.dataset import source_of
-from buffet.pipeline.engine.engine import Engine
+from buffet.pipeline.engine.process_executor import ProcessEngine
 from buffet.pipeline.engine.runs import fit_run
 from buffet.pipeline.engine.runstore import RunStore
 from buffet.pipeline.reports.outputs import export_run
@@ -129,8 +129,8 @@ def test_same_seed_as_buffet_fit_on_the_same_store(name, model, ours, theirs, da
     """The estimator on the array and ``buffet fit`` (``fit_run``) on its store, compared through the export."""
     estimator, kind = _fit(name, data)
     config = estimator.config_cls(**estimator.get_params())
-    run = fit_run(model, source_of(data[kind][2]), tmp_path / "run", config, Engine(), quiet=True)
-    np.testing.assert_array_equal(export_run(run, Engine())[theirs], getattr(estimator, ours))
+    run = fit_run(model, source_of(data[kind][2]), tmp_path / "run", config, ProcessEngine(), quiet=True)
+    np.testing.assert_array_equal(export_run(run, ProcessEngine())[theirs], getattr(estimator, ours))
 
 
 def test_in_memory_fit_into_a_run_folder_is_a_resumable_buffet_run(data, tmp_path):
@@ -138,7 +138,7 @@ def test_in_memory_fit_into_a_run_folder_is_a_resumable_buffet_run(data, tmp_pat
     model = FAST["IMF"][0]().fit(X, mask=mask, run_dir=tmp_path / "run")
     run = RunStore(tmp_path / "run")
     assert run.status == "finished" and run.meta["dataset"].endswith("data.zarr")
-    np.testing.assert_array_equal(export_run(run, Engine())["A_mean"], model.components_)
+    np.testing.assert_array_equal(export_run(run, ProcessEngine())["A_mean"], model.components_)
 
 
 @pytest.mark.parametrize("make", [lambda: BayesianNMF(3, chunk_rows=60, eval_every=1000),

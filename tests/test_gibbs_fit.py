@@ -11,7 +11,8 @@ from buffet.data.ibp_synthetic import image_data, noisy_or_data
 from buffet.data.store import Dataset
 from buffet.kernels import gibbs_linear_gaussian as lg_gibbs
 from buffet.pipeline.engine.dataset import source_of
-from buffet.pipeline.engine.engine import Engine
+from buffet.pipeline.engine.executor_choice import engine_on
+from buffet.pipeline.engine.process_executor import ProcessEngine
 from buffet.pipeline.engine.runs import fit_run, resume_run, spec_for
 from buffet.pipeline.engine.seeds import stream
 from buffet.pipeline.models.gibbs import CHAINS, LGGibbsConfig, NoisyORGibbsConfig
@@ -41,7 +42,7 @@ def stores(tmp_path_factory):
 
 @pytest.mark.parametrize("model", sorted(CONFIGS))
 def test_same_seed_gives_the_same_chains_on_1_and_2_workers_and_in_process(tmp_path, stores, clients, model):
-    engines = {"here": Engine(), "1": Engine(clients[1]), "2": Engine(clients[2])}
+    engines = {"here": ProcessEngine(), "1": engine_on(clients[1]), "2": engine_on(clients[2])}
     runs = {name: fit_run(model, source_of(stores[model]), tmp_path / name, CONFIGS[model], engine, quiet=True)
             for name, engine in engines.items()}
     results = {name: checkpoint(run) for name, run in runs.items()}
@@ -55,7 +56,7 @@ def test_same_seed_gives_the_same_chains_on_1_and_2_workers_and_in_process(tmp_p
 def test_chains_are_the_kernel_sampler_with_per_chain_streams_and_burn_in(tmp_path, stores):
     config = LGGibbsConfig(sweeps=10, chains=2, burn_in=0.3, sigma_x=0.5, seed=9)
     run = fit_run("gibbs-linear-gaussian", source_of(stores["gibbs-linear-gaussian"]), tmp_path / "run", config,
-                  Engine(), quiet=True)
+                  ProcessEngine(), quiet=True)
     _, trace = checkpoint(run)
     driver = restored_driver(run, (CHAINS,))
     chains = driver.engine.collect(driver.engine.state(CHAINS))
@@ -76,12 +77,12 @@ def test_chains_are_the_kernel_sampler_with_per_chain_streams_and_burn_in(tmp_pa
 @pytest.mark.parametrize("model, store", [("gibbs-noisy-or", "gibbs-noisy-or"), ("gibbs-linear-gaussian", "masked")])
 def test_resumed_sampler_ends_like_an_uninterrupted_one(tmp_path, stores, model, store):
     config = type(CONFIGS[model])(**{**vars(CONFIGS[model]), "checkpoint_every": 3})
-    whole = fit_run(model, source_of(stores[store]), tmp_path / "whole", config, Engine(), quiet=True)
-    part = fit_run(model, source_of(stores[store]), tmp_path / "part", config, Engine(), stop_after=4, quiet=True)
+    whole = fit_run(model, source_of(stores[store]), tmp_path / "whole", config, ProcessEngine(), quiet=True)
+    part = fit_run(model, source_of(stores[store]), tmp_path / "part", config, ProcessEngine(), stop_after=4, quiet=True)
     assert part.status == "interrupted"
     with pytest.raises(UserError, match="has not finished its sweeps"):
         restored_driver(part, (CHAINS,)).posterior()
-    assert_same(checkpoint(whole), checkpoint(resume_run(str(part.path), Engine(), quiet=True)))
+    assert_same(checkpoint(whole), checkpoint(resume_run(str(part.path), ProcessEngine(), quiet=True)))
 
 
 def test_cli_fit_evaluate_export_report(tmp_path, stores, capsys):

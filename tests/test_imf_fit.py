@@ -11,7 +11,8 @@ from buffet.data.arrays import from_array
 from buffet.data.splits import add_split, holdout_entries
 from buffet.data.ibp_images import make_images
 from buffet.pipeline.engine.dataset import source_of
-from buffet.pipeline.engine.engine import Engine
+from buffet.pipeline.engine.executor_choice import engine_on
+from buffet.pipeline.engine.process_executor import ProcessEngine
 from buffet.pipeline.engine.runs import fit_run, resume_run
 from buffet.pipeline.engine.runstore import RunStore
 from buffet.pipeline.models.imf import IMFConfig, INMFConfig
@@ -42,7 +43,7 @@ def plain_store(tmp_path_factory, images):
 
 def _result(run):
     """A run's export (the best state of the search) and the evidence of every step."""
-    arrays = export_run(RunStore(run.path), Engine())
+    arrays = export_run(RunStore(run.path), ProcessEngine())
     return arrays, arrays["trace_evidence"]
 
 
@@ -58,7 +59,7 @@ def test_store_driver_in_row_blocks_equals_the_in_memory_reference(tmp_path, ima
     """The driver on a store in blocks of 17 rows against the same driver on the array as one block."""
     x = images[0]
     settings = dict(max_k=6, tol=1e-7, max_iter=400, alpha=1.0, n_candidates=candidates)
-    run = fit_run(name, source_of(plain_store), tmp_path / "run", config_cls(chunk_rows=17, **settings), Engine(),
+    run = fit_run(name, source_of(plain_store), tmp_path / "run", config_cls(chunk_rows=17, **settings), ProcessEngine(),
                   quiet=True)
     arrays, _ = _result(run)
     # The same updates in the same order (chunked sums only regroup rounding, ~1e-12 on L ~ -2800); every
@@ -78,8 +79,8 @@ def test_same_evidence_and_posteriors_on_1_and_2_workers_and_other_chunkings(tmp
     restart: 72 steps at tol 1e-4 (the defaults take 414 steps of ~80 ms on Dask)."""
     config = IMFConfig(max_k=3, n_candidates=2, tol=1e-4, chunk_rows=16, seed=5, select="none")
     runs = {name: fit_run("imf", source_of(image_store), tmp_path / name, cfg, engine, quiet=True)
-            for name, cfg, engine in (("here", config, Engine()), ("2", config, Engine(clients[2])),
-                                      ("1", replace(config, chunk_rows=25), Engine(clients[1])))}
+            for name, cfg, engine in (("here", config, ProcessEngine()), ("2", config, engine_on(clients[2])),
+                                      ("1", replace(config, chunk_rows=25), engine_on(clients[1])))}
     assert_same(checkpoint(runs["here"]), checkpoint(runs["2"]))
     (ref_arrays, ref_trace), (arrays, trace) = _result(runs["here"]), _result(runs["1"])
     assert arrays["Z_mean"].shape == (60, 3) and len(trace) == len(ref_trace) == 72
@@ -91,9 +92,9 @@ def test_same_evidence_and_posteriors_on_1_and_2_workers_and_other_chunkings(tmp
 def test_resumed_imf_run_ends_like_an_uninterrupted_run(tmp_path, image_store):
     """Stopped at step 30 of 97, in the middle of growth with 2 candidates and the restart per step."""
     config = IMFConfig(max_k=5, n_candidates=2, tol=1e-4, chunk_rows=20, checkpoint_every=7, select="none")
-    whole = fit_run("imf", source_of(image_store), tmp_path / "whole", config, Engine(), quiet=True)
-    part = fit_run("imf", source_of(image_store), tmp_path / "part", config, Engine(), stop_after=30, quiet=True)
-    resumed = resume_run(str(part.path), Engine(), quiet=True)
+    whole = fit_run("imf", source_of(image_store), tmp_path / "whole", config, ProcessEngine(), quiet=True)
+    part = fit_run("imf", source_of(image_store), tmp_path / "part", config, ProcessEngine(), stop_after=30, quiet=True)
+    resumed = resume_run(str(part.path), ProcessEngine(), quiet=True)
     (a, trace_a), (b, trace_b) = _result(whole), _result(resumed)
     np.testing.assert_allclose(trace_b, trace_a, rtol=1e-12)
     np.testing.assert_array_equal(b["trace_step"], np.arange(1, len(trace_a) + 1))
@@ -122,13 +123,13 @@ def test_a_run_stopped_as_growth_starts_evaluates_its_best_state(tmp_path, image
     """Stopping at a converging step leaves q(z) with the next candidate's extra column; outputs use
     the best converged state (the named state "best_nu") instead."""
     config = IMFConfig(max_k=4, chunk_rows=20, select="none")
-    whole = fit_run("imf", source_of(image_store), tmp_path / "whole", config, Engine(), quiet=True)
+    whole = fit_run("imf", source_of(image_store), tmp_path / "whole", config, ProcessEngine(), quiet=True)
     trace = _result(whole)[0]
     converged = trace["trace_step"][~np.isnan(trace["trace_converged_k"])]
     stop = int(converged[2])  # a growth candidate converges here
-    part = fit_run("imf", source_of(image_store), tmp_path / "part", config, Engine(), stop_after=stop, quiet=True)
+    part = fit_run("imf", source_of(image_store), tmp_path / "part", config, ProcessEngine(), stop_after=stop, quiet=True)
     assert {"nu", "best_nu", "base_nu"} <= _states(part)
-    result = evaluate_run(RunStore(part.path), Engine())
-    arrays = export_run(RunStore(part.path), Engine())
+    result = evaluate_run(RunStore(part.path), ProcessEngine())
+    arrays = export_run(RunStore(part.path), ProcessEngine())
     assert np.isfinite(result["rmse"]) and result["evidence"] == arrays["evidence_by_k"][:, 1].max()
     assert arrays["Z_mean"].shape[1] == arrays["A_mean"].shape[0] == result["k_plus"]

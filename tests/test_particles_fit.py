@@ -13,7 +13,8 @@ from buffet.kernels import ibp_summary
 from buffet.kernels.ibp_prior import class_key, left_order
 from buffet.kernels.resampling import concatenate_blocks, normalise_log_weights, select_particles, systematic_resample
 from buffet.pipeline.engine.dataset import source_of
-from buffet.pipeline.engine.engine import Engine
+from buffet.pipeline.engine.executor_choice import engine_on
+from buffet.pipeline.engine.process_executor import ProcessEngine
 from buffet.pipeline.engine.runs import fit_run, resume_run, spec_for
 from buffet.pipeline.engine.seeds import stream
 from buffet.pipeline.models.particles import PARTICLES, LGParticleConfig, NoisyORParticleConfig, block_bounds
@@ -46,7 +47,7 @@ def stores(tmp_path_factory):
 
 @pytest.mark.parametrize("model", sorted(CONFIGS))
 def test_same_seed_gives_the_same_posterior_on_1_and_2_workers_and_in_process(tmp_path, stores, clients, model):
-    engines = {"here": Engine(), "1": Engine(clients[1]), "2": Engine(clients[2])}
+    engines = {"here": ProcessEngine(), "1": engine_on(clients[1]), "2": engine_on(clients[2])}
     runs = {name: fit_run(model, source_of(stores[model]), tmp_path / name, CONFIGS[model], engine, quiet=True)
             for name, engine in engines.items()}
     results = {name: checkpoint(run) for name, run in runs.items()}
@@ -85,7 +86,7 @@ def test_moving_particles_between_blocks_equals_resampling_the_gathered_particle
                                                                                   ess_threshold):
     config = LGParticleConfig(particles=50, blocks=blocks, sigma_x=0.5, seed=1, proposal=proposal,
                               ess_threshold=ess_threshold, moves=0)    # the reference has no resample-move
-    run = fit_run("pf-linear-gaussian", source_of(stores["pf-linear-gaussian"]), tmp_path / "run", config, Engine(),
+    run = fit_run("pf-linear-gaussian", source_of(stores["pf-linear-gaussian"]), tmp_path / "run", config, ProcessEngine(),
                   quiet=True)
     driver = restored_driver(run, (PARTICLES,))
     expected, weights = _reference_filter(config, Dataset(stores["pf-linear-gaussian"]).read_rows(0, 24).X)
@@ -103,11 +104,11 @@ def test_moving_particles_between_blocks_equals_resampling_the_gathered_particle
 def test_resumed_filter_ends_like_an_uninterrupted_one(tmp_path, stores, model, store):
     config = CONFIGS[model]
     config = type(config)(**{**vars(config), "checkpoint_every": 2})
-    whole = fit_run(model, source_of(stores[store]), tmp_path / "whole", config, Engine(), quiet=True)
-    part = fit_run(model, source_of(stores[store]), tmp_path / "part", config, Engine(), stop_after=3, quiet=True)
+    whole = fit_run(model, source_of(stores[store]), tmp_path / "whole", config, ProcessEngine(), quiet=True)
+    part = fit_run(model, source_of(stores[store]), tmp_path / "part", config, ProcessEngine(), stop_after=3, quiet=True)
     assert part.status == "interrupted"
     assert restored_driver(part, (PARTICLES,)).rows_done == 3
-    assert_same(checkpoint(whole), checkpoint(resume_run(str(part.path), Engine(), quiet=True)))
+    assert_same(checkpoint(whole), checkpoint(resume_run(str(part.path), ProcessEngine(), quiet=True)))
 
 
 def test_summary_class_sums_equal_a_loop_over_particles():
@@ -131,27 +132,27 @@ def test_summary_class_sums_equal_a_loop_over_particles():
 
 def test_more_blocks_than_particles_and_bad_settings_are_handled(tmp_path, stores):
     run = fit_run("pf-noisy-or", source_of(stores["pf-noisy-or"]), tmp_path / "few",
-                  NoisyORParticleConfig(particles=2, blocks=5), Engine(), quiet=True)
+                  NoisyORParticleConfig(particles=2, blocks=5), ProcessEngine(), quiet=True)
     driver = restored_driver(run, (PARTICLES,))
     assert driver.weights.shape == (2,) and [b.n_particles for b in driver.particle_blocks()] == [1, 1]
     with pytest.raises(UserError, match=r"lam must be in \(0, 1\)"):
         fit_run("pf-noisy-or", source_of(stores["pf-noisy-or"]), tmp_path / "bad", NoisyORParticleConfig(lam=1.5),
-                Engine(), quiet=True)
+                ProcessEngine(), quiet=True)
     with pytest.raises(UserError, match="ess_threshold"):
         fit_run("pf-noisy-or", source_of(stores["pf-noisy-or"]), tmp_path / "bad-ess",
-                NoisyORParticleConfig(ess_threshold=1.5), Engine(), quiet=True)
+                NoisyORParticleConfig(ess_threshold=1.5), ProcessEngine(), quiet=True)
     with pytest.raises(UserError, match="moves must be >= 0"):
         fit_run("pf-noisy-or", source_of(stores["pf-noisy-or"]), tmp_path / "bad-moves",
-                NoisyORParticleConfig(moves=-1), Engine(), quiet=True)
+                NoisyORParticleConfig(moves=-1), ProcessEngine(), quiet=True)
     with pytest.raises(UserError, match="proposal must be one of prior, guided"):
         fit_run("pf-linear-gaussian", source_of(stores["pf-linear-gaussian"]), tmp_path / "bad-proposal",
-                LGParticleConfig(proposal="optimal"), Engine(), quiet=True)
+                LGParticleConfig(proposal="optimal"), ProcessEngine(), quiet=True)
     with pytest.raises(UserError, match="not 0 or 1"):
         fit_run("pf-noisy-or", source_of(stores["pf-linear-gaussian"]), tmp_path / "real", NoisyORParticleConfig(),
-                Engine(), quiet=True)
+                ProcessEngine(), quiet=True)
     with pytest.raises(UserError, match="has not processed every row"):
         part = fit_run("pf-noisy-or", source_of(stores["pf-noisy-or"]), tmp_path / "part", NoisyORParticleConfig(),
-                       Engine(), stop_after=2, quiet=True)
+                       ProcessEngine(), stop_after=2, quiet=True)
         restored_driver(part, (PARTICLES,)).posterior()
 
 

@@ -11,7 +11,7 @@ import pytest
 from buffet.data.arrays import from_array
 from buffet.data.splits import EntrySample, add_split, holdout_entries
 from buffet.pipeline.engine.dataset import source_of
-from buffet.pipeline.engine.engine import Engine
+from buffet.pipeline.engine.process_executor import ProcessEngine
 from buffet.pipeline.engine.runs import fit_run, resume_run
 from buffet.pipeline.engine.runstore import RunStore
 from buffet.pipeline.engine.selection import one_standard_error_choice
@@ -66,7 +66,7 @@ def test_the_choice_is_recorded_and_never_reads_the_held_out_entries(tmp_path):
     x = planted_binary()
     heldout = holdout_entries(np.ones(x.shape, bool), 0.2, 0)
     flipped = np.where(heldout, 1.0 - x, x)   # the same training entries, every held-out value changed
-    runs = [fit_run("imf", write(data, tmp_path / f"{name}.zarr", heldout), tmp_path / name, CONFIG, Engine(),
+    runs = [fit_run("imf", write(data, tmp_path / f"{name}.zarr", heldout), tmp_path / name, CONFIG, ProcessEngine(),
                     quiet=True) for name, data in (("real", x), ("flipped", flipped))]
     records = [run.selection for run in runs]
     assert records[0] == records[1]
@@ -79,7 +79,7 @@ def test_the_choice_is_recorded_and_never_reads_the_held_out_entries(tmp_path):
     assert runs[0].params["offset_reg"] == chosen["settings"]["offset_reg"]
     # ~20% of the 80% training entries in each fold, never a held-out one
     assert abs(records[0]["entries"] - 3 * 0.2 * 0.8 * x.size) < 0.1 * records[0]["entries"]
-    results = [evaluate_run(run, Engine()) for run in runs]
+    results = [evaluate_run(run, ProcessEngine()) for run in runs]
     assert results[0]["selected"] == records[0]["chosen"]
     assert results[0]["auc"] > 0.8 and results[1]["auc"] < 0.2  # the held-out values do matter to evaluation
 
@@ -88,8 +88,8 @@ def test_select_none_and_stores_without_held_out_entries_fit_the_given_settings(
     x = planted_binary(1)
     heldout = holdout_entries(np.ones(x.shape, bool), 0.2, 1)
     none = fit_run("imf", write(x, tmp_path / "a.zarr", heldout), tmp_path / "a", CONFIG.__class__(
-        **{**CONFIG.__dict__, "select": "none"}), Engine(), quiet=True)
-    plain = fit_run("imf", write(x, tmp_path / "b.zarr", None), tmp_path / "b", CONFIG, Engine(), quiet=True)
+        **{**CONFIG.__dict__, "select": "none"}), ProcessEngine(), quiet=True)
+    plain = fit_run("imf", write(x, tmp_path / "b.zarr", None), tmp_path / "b", CONFIG, ProcessEngine(), quiet=True)
     for run in (none, plain):
         assert run.selection is None and run.params["max_k"] == 4 and run.params["offset_reg"] is None
 
@@ -97,11 +97,11 @@ def test_select_none_and_stores_without_held_out_entries_fit_the_given_settings(
 def test_a_run_stopped_after_its_choice_resumes_without_choosing_again(tmp_path):
     x = planted_binary(2)
     store = write(x, tmp_path / "s.zarr", holdout_entries(np.ones(x.shape, bool), 0.2, 2))
-    whole = fit_run("imf", store, tmp_path / "whole", CONFIG, Engine(), quiet=True)
-    part = fit_run("imf", store, tmp_path / "part", CONFIG, Engine(), stop_after=2, quiet=True)
+    whole = fit_run("imf", store, tmp_path / "whole", CONFIG, ProcessEngine(), quiet=True)
+    part = fit_run("imf", store, tmp_path / "part", CONFIG, ProcessEngine(), stop_after=2, quiet=True)
     assert part.status == "interrupted" and part.selection == whole.selection
-    resume_run(str(tmp_path / "part"), Engine(), quiet=True)
-    a, b = (export_run(RunStore(tmp_path / name), Engine()) for name in ("whole", "part"))
+    resume_run(str(tmp_path / "part"), ProcessEngine(), quiet=True)
+    a, b = (export_run(RunStore(tmp_path / name), ProcessEngine()) for name in ("whole", "part"))
     np.testing.assert_allclose(a["A_mean"], b["A_mean"], rtol=0, atol=1e-12)  # same process, same order
 
 

@@ -21,7 +21,7 @@ import pytest
 
 from buffet.pipeline.cli import build_parser, config_from_args
 from buffet.pipeline.engine.dataset import source_of
-from buffet.pipeline.engine.engine import Engine
+from buffet.pipeline.engine.process_executor import ProcessEngine
 from buffet.pipeline.engine.runs import fit_run
 from buffet.pipeline.engine.runstore import RunStore
 from helpers import assert_same, buffet, checkpoint, ctrl_c_as_in_a_terminal
@@ -102,9 +102,9 @@ def test_cluster_credentials_admit_only_their_holders(tmp_path: Path) -> None:
 
 
 def stopped_reference(tmp_path: Path, fit: list, step: int) -> tuple[dict, list[dict]]:
-    """The checkpoint of step ``step`` of the same fit in this process (``Engine()``), stopped there."""
+    """The checkpoint of step ``step`` of the same fit in this process (``ProcessEngine()``), stopped there."""
     args = build_parser().parse_args([*map(str, fit), "--out", str(tmp_path / "undisturbed")])
-    run = fit_run(args.model, source_of(args.store), args.out, config_from_args(args), Engine(), stop_after=step,
+    run = fit_run(args.model, source_of(args.store), args.out, config_from_args(args), ProcessEngine(), stop_after=step,
                   quiet=True)
     return checkpoint(run)
 

@@ -19,7 +19,7 @@ from buffet.data.store import Dataset, StoreWriter, write_dense
 from buffet.data.synthetic import write_uci_corpus
 from buffet.data.urls import OPTIONS_VARIABLE, is_url, normalise, zarr_store
 from buffet.pipeline.engine.dataset import source_of
-from buffet.pipeline.engine.engine import Engine
+from buffet.pipeline.engine.process_executor import ProcessEngine
 from buffet.pipeline.engine.runs import config_from, fit_run, spec_for
 from buffet.pipeline.engine.runstore import RunStore
 from buffet.pipeline.reports.outputs import evaluate_run, export_run
@@ -134,8 +134,8 @@ def test_storage_options_reach_the_filesystem(uci_stores, s3):
 def local_reference(model: str, store: str, run: str, **params) -> tuple[dict, dict]:
     """Evaluation and export of the same fit with the store and run on local disk, in this process."""
     spec = spec_for(model)
-    fit_run(model, source_of(store), run, config_from(spec, params), Engine(), quiet=True)
-    return evaluate_run(RunStore(run), Engine()), export_run(RunStore(run), Engine())
+    fit_run(model, source_of(store), run, config_from(spec, params), ProcessEngine(), quiet=True)
+    return evaluate_run(RunStore(run), ProcessEngine()), export_run(RunStore(run), ProcessEngine())
 
 
 def without_endpoint() -> dict[str, str]:

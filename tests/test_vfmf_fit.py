@@ -12,7 +12,8 @@ from buffet.data.arrays import from_array
 from buffet.data.ibp_images import make_images
 from buffet.data.splits import add_split, holdout_entries
 from buffet.pipeline.engine.dataset import MemoryRows, source_of
-from buffet.pipeline.engine.engine import Engine
+from buffet.pipeline.engine.executor_choice import engine_on
+from buffet.pipeline.engine.process_executor import ProcessEngine
 from buffet.pipeline.engine.runs import fit_run, resume_run
 from buffet.pipeline.engine.runstore import RunStore
 from buffet.pipeline.models.vfmf import TVIMFConfig, VFMFConfig, fit_to_end
@@ -34,13 +35,13 @@ def image_store(tmp_path_factory):
 
 
 def _trace(run) -> dict[str, np.ndarray]:
-    return export_run(RunStore(run.path), Engine())
+    return export_run(RunStore(run.path), ProcessEngine())
 
 
 @pytest.mark.parametrize("name", CONFIGS)
 def test_bound_never_decreases_within_a_restart_and_the_best_restart_is_kept(tmp_path, image_store, name):
     config = CONFIGS[name](truncation=5, restarts=3, tol=1e-7, chunk_rows=16)
-    arrays = _trace(fit_run(name, source_of(image_store), tmp_path / "run", config, Engine(), quiet=True))
+    arrays = _trace(fit_run(name, source_of(image_store), tmp_path / "run", config, ProcessEngine(), quiet=True))
     bound, restart = arrays["trace_evidence"], arrays["trace_restart"]
     assert set(restart) == {1, 2, 3}
     same = restart[1:] == restart[:-1]
@@ -50,7 +51,7 @@ def test_bound_never_decreases_within_a_restart_and_the_best_restart_is_kept(tmp
     np.testing.assert_array_equal(finished[:, 0], [1, 2, 3])
     np.testing.assert_array_equal(finished[:, 1], bound[~np.isnan(arrays["trace_converged_restart"])])
     assert len(set(finished[:, 1])) == 3  # the restarts started apart
-    result = evaluate_run(RunStore(tmp_path / "run"), Engine())
+    result = evaluate_run(RunStore(tmp_path / "run"), ProcessEngine())
     assert result["evidence"] == pytest.approx(finished[:, 1].max(), rel=1e-12)
 
 
@@ -76,8 +77,8 @@ def test_same_numbers_on_1_and_2_workers_and_other_chunkings(tmp_path, image_sto
     restart keep it short."""
     config = TVIMFConfig(truncation=4, restarts=2, tol=1e-4, max_iter=40, chunk_rows=16, seed=3)
     runs = {label: fit_run("tvimf", source_of(image_store), tmp_path / label, cfg, engine, quiet=True)
-            for label, cfg, engine in (("here", config, Engine()), ("2", config, Engine(clients[2])),
-                                       ("1", replace(config, chunk_rows=25), Engine(clients[1])))}
+            for label, cfg, engine in (("here", config, ProcessEngine()), ("2", config, engine_on(clients[2])),
+                                       ("1", replace(config, chunk_rows=25), engine_on(clients[1])))}
     assert_same(checkpoint(runs["here"]), checkpoint(runs["2"]))
     reference, other = _trace(runs["here"]), _trace(runs["1"])
     np.testing.assert_allclose(other["trace_evidence"], reference["trace_evidence"], rtol=1e-10)
@@ -89,14 +90,14 @@ def test_a_resumed_run_ends_like_an_uninterrupted_run(tmp_path, image_store):
     """VFMF stopped in its second restart: the stopped run reports its first restart, and the resumed run ends
     with the uninterrupted run's numbers."""
     config = VFMFConfig(truncation=4, restarts=3, tol=1e-5, chunk_rows=20, checkpoint_every=7)
-    whole = fit_run("vfmf", source_of(image_store), tmp_path / "whole", config, Engine(), quiet=True)
+    whole = fit_run("vfmf", source_of(image_store), tmp_path / "whole", config, ProcessEngine(), quiet=True)
     reference = _trace(whole)
     first_end = int(reference["trace_step"][~np.isnan(reference["trace_converged_restart"])][0])
-    part = fit_run("vfmf", source_of(image_store), tmp_path / "part", config, Engine(), stop_after=first_end + 3,
+    part = fit_run("vfmf", source_of(image_store), tmp_path / "part", config, ProcessEngine(), stop_after=first_end + 3,
                    quiet=True)
-    stopped = evaluate_run(RunStore(part.path), Engine())
+    stopped = evaluate_run(RunStore(part.path), ProcessEngine())
     assert stopped["restarts_done"] == 1 and stopped["evidence"] == reference["bound_by_restart"][0, 1]
-    resumed = _trace(resume_run(str(part.path), Engine(), quiet=True))
+    resumed = _trace(resume_run(str(part.path), ProcessEngine(), quiet=True))
     np.testing.assert_array_equal(resumed["trace_step"], reference["trace_step"])
     for key in ("trace_evidence", "A_mean", "Z_mean", "tau1", "bound_by_restart"):
         np.testing.assert_allclose(resumed[key], reference[key], rtol=1e-12, atol=1e-12, err_msg=key)

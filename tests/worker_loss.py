@@ -27,7 +27,7 @@ from buffet.data.splits import add_split, holdout_entries, holdout_rows
 from buffet.data.synthetic import bnmf_corpus
 from buffet.pipeline.cli import build_parser, config_from_args
 from buffet.pipeline.engine.dataset import source_of
-from buffet.pipeline.engine.engine import Engine
+from buffet.pipeline.engine.process_executor import ProcessEngine
 from buffet.pipeline.engine.runs import fit_run
 from buffet.pipeline.engine.runstore import RunStore
 from buffet.pipeline.reports.ibp import add_true_z
@@ -105,10 +105,10 @@ def final_state(run: Path) -> tuple[dict, list[dict]]:
 
 
 def reference(tmp_path: Path, fit: list) -> tuple[dict, list[dict]]:
-    """The undisturbed fit: the same command's config fitted in this process (``Engine()``), which gives
+    """The undisturbed fit: the same command's config fitted in this process (``ProcessEngine()``), which gives
     the numbers of any cluster bit for bit (the determinism tests of each model)."""
     args = build_parser().parse_args([*map(str, fit), "--out", str(tmp_path / "undisturbed")])
-    run = fit_run(args.model, source_of(args.store), args.out, config_from_args(args), Engine(), quiet=True)
+    run = fit_run(args.model, source_of(args.store), args.out, config_from_args(args), ProcessEngine(), quiet=True)
     return final_state(run.path)
 
 

@@ -13,6 +13,7 @@ checkpoint in this process.
 from __future__ import annotations
 
 import copy
+import functools
 import json
 from typing import TYPE_CHECKING, Any, Sequence
 
@@ -53,8 +54,8 @@ class Saved:
         if self.run is None:
             states = {name: engine.collect(blocks) for name, blocks in engine.states.items()}
             self._memory = (step, copy.deepcopy(trace), seconds, copy.deepcopy(driver.global_arrays()), states)
-            if not engine.local:  # the lineage of the states starts here (``_rebase``)
-                engine.states = {name: engine.from_values(values) for name, values in states.items()}
+            for name, values in states.items():  # the lineage of the states starts here
+                engine.rebase(name, functools.partial(engine.from_values, values))
             return
         writer = self.run.begin_checkpoint(step)
         blocks = {}
@@ -68,10 +69,9 @@ class Saved:
     def _rebase(self, blocks: dict[str, list[FileRecord]]) -> None:
         """From now on, a named state's lineage starts at its checkpoint files: the cluster keeps no
         record of the steps before, and a block lost later is read back and recomputed from there."""
-        if self.engine.local:
-            return
-        self.engine.states = {name: self.engine.generate(read_block, [(r, self.storage_options) for r in records])
-                              for name, records in blocks.items()}
+        for name, records in blocks.items():
+            self.engine.rebase(name, functools.partial(self.engine.generate, read_block,
+                                                       [(r, self.storage_options) for r in records]))
 
     def verify(self, records: list[FileRecord]) -> list[str | None]:
         """What is wrong with each of a checkpoint's block files, or None: checked by tasks on the engine's

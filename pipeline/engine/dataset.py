@@ -46,6 +46,10 @@ class MemoryRows:
     def __str__(self) -> str:
         return f"in-memory {'sparse' if self.sparse else 'dense'} matrix {self.n_rows} x {self.n_cols}"
 
+    def nnz(self) -> int:
+        """Stored entries of a sparse matrix (``Dataset.nnz``)."""
+        return int(self.X.nnz)
+
     def split_names(self) -> list[str]:
         """In-memory rows carry no stored splits (a dataset store's ``split_names``)."""
         return []
@@ -88,10 +92,10 @@ class Source:
         """Rows [r0, r1) of the whole matrix."""
         return self.open().read_rows(r0 - self.offset, r1 - self.offset)
 
-    def part(self, r0: int, r1: int, local: bool) -> "Source":
-        """What a task reading rows [r0, r1) is given: the store's Source, or for in-memory rows on a
-        cluster only those rows (so no task carries the whole matrix)."""
-        if self.url is not None or local:
+    def part(self, r0: int, r1: int) -> "Source":
+        """What a task reading rows [r0, r1) is given: the store's Source, or for in-memory rows only those
+        rows (so no task carries the whole matrix to a worker)."""
+        if self.url is not None:
             return self
         rows = self.memory.read_rows(r0 - self.offset, r1 - self.offset)
         X = rows.to_scipy() if isinstance(rows, CSRRows) else rows.X
@@ -146,7 +150,7 @@ def count_blocks(engine: Engine, source: Source, ranges: Sequence[tuple[int, int
     n_cols = source.open().n_cols
     sizes = [len(kept_rows(r0, r1, held)) for r0, r1 in ranges]
     bounds = np.searchsorted(held, np.asarray(ranges, dtype=np.int64).reshape(-1, 2))
-    args = [(source.part(r0, r1, engine.local), r0, r1, held[lo:hi]) for (r0, r1), (lo, hi) in zip(ranges, bounds)]
+    args = [(source.part(r0, r1), r0, r1, held[lo:hi]) for (r0, r1), (lo, hi) in zip(ranges, bounds)]
     array = engine.source_array(read_count_chunk, args, sizes, n_cols, _sparse_meta())
     return engine.map(csr_rows, engine.from_array(array))
 
@@ -176,7 +180,7 @@ def dense_blocks(engine: Engine, source: Source, ranges: Sequence[tuple[int, int
     ``dask.array``s over the store (module docstring)."""
     n_cols = source.open().n_cols
     sizes = [r1 - r0 for r0, r1 in ranges]
-    parts = [source.part(r0, r1, engine.local) for r0, r1 in ranges]
+    parts = [source.part(r0, r1) for r0, r1 in ranges]
     x = engine.source_array(read_dense_chunk, [(p, r0, r1) for p, (r0, r1) in zip(parts, ranges)], sizes, n_cols,
                             np.empty((0, 0)))
     seen = engine.source_array(read_seen_chunk, [(p, r0, r1, split, exclude) for p, (r0, r1) in zip(parts, ranges)],

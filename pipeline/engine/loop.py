@@ -90,7 +90,8 @@ def _steps(driver: Driver, run: RunStore | None, position: Position, checkpoint_
         saved.write(driver, position.step, position.trace, 0.0 if position.step == 0 else position.seconds)
     step, trace, failures = position.step, position.trace, collections.Counter()
     while not driver.finished(step, trace):
-        snapshot = Snapshot(step, len(trace), copy.deepcopy(driver.global_arrays()), dict(driver.engine.states))
+        snapshot = driver.engine.recovery_point(
+            lambda: Snapshot(step, len(trace), copy.deepcopy(driver.global_arrays()), dict(driver.engine.states)))
         try:
             record = driver.step(step)
         except ClusterFailure as exc:

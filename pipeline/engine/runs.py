@@ -19,6 +19,7 @@ from buffet.data.errors import UserError
 from buffet.pipeline.engine.checkpoints import Saved
 from buffet.pipeline.engine.dataset import Source, source_of
 from buffet.pipeline.engine.engine import Engine
+from buffet.pipeline.engine.executor_choice import PROCESS_ENTRIES
 from buffet.pipeline.engine.loop import Position, run_loop
 from buffet.pipeline.engine.runstore import RunStore
 from buffet.pipeline.engine.selection import Candidate, choose_on_validation, wants_validation
@@ -30,13 +31,15 @@ class ModelSpec:
     builds the driver (with ``validation=`` too when the model has ``candidates``, the settings it can
     choose on validation entries, ``engine.selection``); ``outputs`` is its ``reports.outputs.Outputs``;
     ``summary`` the one line ``buffet fit --help`` shows; ``worker_kind`` the kind of embedded LocalCluster
-    worker its block tasks run best on (``cluster.WORKER_KINDS``)."""
+    worker its block tasks run best on (``cluster.WORKER_KINDS``); ``process_entries`` the stored entries up to
+    which its fits run in this process (``engine.executor_choice``)."""
 
     config_cls: type
     make_driver: Callable[..., Any]
     outputs: Any
     summary: str
     worker_kind: str = "processes"
+    process_entries: int = PROCESS_ENTRIES
     candidates: Callable[[Any], list[Candidate]] | None = None
 
 

@@ -31,6 +31,7 @@ from buffet.data.urls import join, normalise
 from buffet.kernels.bmf import RowStreams
 from buffet.pipeline.engine.dataset import MemoryRows, Source, source_of
 from buffet.pipeline.engine.engine import Engine
+from buffet.pipeline.engine.executor_choice import engine_on
 from buffet.pipeline.engine.loop import Driver, Position, run_loop
 from buffet.pipeline.engine.runs import settle_config, spec_for
 from buffet.pipeline.engine.runstore import RunStore
@@ -67,7 +68,7 @@ class InvalidParameterError(UserError, ValueError):
 
 def engine_for(client) -> Engine:
     """The engine on the Dask cluster of ``client``, or in this process."""
-    return Engine(client)
+    return engine_on(client)
 
 
 def row_streams(seed: int, X: np.ndarray, mask: np.ndarray) -> RowStreams:

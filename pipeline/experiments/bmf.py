@@ -26,7 +26,7 @@ from buffet.data.bmf_data import bars_data
 from buffet.data.errors import UserError
 from buffet.kernels.bmf import heldout_scores
 from buffet.pipeline.engine.dataset import source_of
-from buffet.pipeline.engine.engine import Engine
+from buffet.pipeline.engine.process_executor import ProcessEngine
 from buffet.pipeline.engine.loop import Position, run_loop
 from buffet.pipeline.experiments import registry as reproduce
 from buffet.pipeline.experiments.common import markdown_table, mean_std, write_csv, write_markdown, write_store
@@ -40,7 +40,7 @@ SHOWN = 8                # images shown in a figure
 
 def fit_bmf(x: np.ndarray, missing: np.ndarray, kind: str, config: BMFConfig, path: Path) -> BMFDriver:
     """A finished BMF driver on ``x`` with the ``missing`` entries as the held-out split."""
-    driver = BMFDriver(config, source_of(write_store(x, None, missing, path, kind, 64)), Engine())
+    driver = BMFDriver(config, source_of(write_store(x, None, missing, path, kind, 64)), ProcessEngine())
     driver.start()
     run_loop(driver, None, Position(), config.checkpoint_every, quiet=True)
     return driver

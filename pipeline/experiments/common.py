@@ -23,7 +23,7 @@ from buffet.data.arrays import from_array
 from buffet.data.splits import add_split
 from buffet.kernels import baselines
 from buffet.pipeline.engine.dataset import source_of
-from buffet.pipeline.engine.engine import Engine
+from buffet.pipeline.engine.process_executor import ProcessEngine
 from buffet.pipeline.engine.runs import settle_config, spec_for
 from buffet.pipeline.models.imf import IMFConfig, INMFConfig, fit_to_end
 
@@ -65,7 +65,7 @@ class EngineFit:
 def fit_engine(config: IMFConfig, store: str) -> EngineFit:
     """Fit IMF or INMF (by the config's class) as ``buffet fit`` does (module docstring), on an
     in-process engine (SPEC 2)."""
-    source, engine = source_of(store), Engine()
+    source, engine = source_of(store), ProcessEngine()
     config, selection = settle_config(spec_for("inmf" if isinstance(config, INMFConfig) else "imf"), config, source,
                                       engine)
     driver = fit_to_end(config, source, engine)

@@ -1,4 +1,4 @@
-"""The main job (issue 2, item 5): ingest a real small corpus, fit Bayesian NMF, report.
+"""The main job: ingest a real small corpus, fit Bayesian NMF, report.
 
 The corpus is the Reuters sample shipped in the PyPI package ``lda`` (395 news stories,
 LDA-C with a vocabulary). Without that package a generated LDA-shaped corpus stands in,
@@ -14,6 +14,7 @@ from buffet.data.synthetic import write_uci_corpus
 from buffet.pipeline.models.bnmf import BNMFConfig
 from buffet.pipeline.engine.dataset import source_of
 from buffet.pipeline.engine.engine import Engine
+from buffet.pipeline.engine.process_executor import ProcessEngine
 from buffet.pipeline.engine.messages import logger
 from buffet.pipeline.engine.runs import fit_run
 from buffet.pipeline.reports.outputs import report_run
@@ -31,7 +32,8 @@ def reuters_files() -> tuple[Path, Path] | None:
 
 
 def demo_dataset(folder: Path, overwrite: bool) -> Path:
-    """Ingest Reuters (or a generated stand-in) with 10% of the documents held out."""
+    """Ingest Reuters (or a generated stand-in) with 10% of the documents held out, into ``folder``."""
+    folder.mkdir(parents=True, exist_ok=True)
     store = folder / "corpus.zarr"
     files = reuters_files()
     if files is not None:
@@ -46,15 +48,14 @@ def demo_dataset(folder: Path, overwrite: bool) -> Path:
     return store
 
 
-def run_demo(folder: Path, n_topics: int, passes: int, engine: Engine, overwrite: bool = False,
+def run_demo(folder: Path, store: Path, n_topics: int, passes: int, engine: Engine, overwrite: bool = False,
              quiet: bool = False) -> Path:
-    """Ingest, fit by SVI with held-out scoring during training, write the report folder."""
-    folder.mkdir(parents=True, exist_ok=True)
-    store = demo_dataset(folder, overwrite)
+    """Fit the demo's ``store`` (``demo_dataset``) by SVI with held-out scoring during training, write the
+    report folder."""
     config = BNMFConfig(n_topics=n_topics, mode="svi", batch_size=64, passes=passes, eval_every=2,
                         chunk_rows=32, checkpoint_every=10)
     run = fit_run("bnmf", source_of(store), str(folder / "run"), config, engine, overwrite=overwrite, quiet=quiet)
-    files = report_run(run, Engine(), folder / "report")
+    files = report_run(run, ProcessEngine(), folder / "report")
     print((folder / "report" / "summary.md").read_text())
     print("report files:\n" + "\n".join(f"  {f}" for f in files))
     return folder / "report"

@@ -1,7 +1,7 @@
 """``buffet reproduce pf-images | pf-noisy-or | ibp-speed``: particle filter against Gibbs sampling
 (paper 001 figures 3 and 5; paper 000 figure 3; SPEC 4 "IBP images, speed" and "noisy-OR").
 
-Every method runs through its engine driver on an in-process engine (``Engine()``), one
+Every method runs through its engine driver on an in-process engine (``ProcessEngine()``), one
 particle block or one chain, so both samplers get the same engineering: the kernels of
 ``kernels/`` called by the drivers of ``pipeline/models/particles.py`` and ``pipeline/models/gibbs.py``. The
 wall time of a run covers building the driver, every row or sweep and the posterior summary.
@@ -42,7 +42,7 @@ from buffet.data.ibp_synthetic import image_data, noisy_or_data
 from buffet.kernels.metrics import base_error, zzt_error
 from buffet.pipeline.experiments import registry as reproduce
 from buffet.pipeline.engine.dataset import MemoryRows, source_of
-from buffet.pipeline.engine.engine import Engine
+from buffet.pipeline.engine.process_executor import ProcessEngine
 from buffet.pipeline.models.gibbs import GibbsDriver, LGGibbsConfig, NoisyORGibbsConfig
 from buffet.pipeline.models.imf import IMFConfig, INMFConfig, fit_to_end
 from buffet.pipeline.models.particles import LGParticleConfig, NoisyORParticleConfig, ParticleDriver
@@ -104,7 +104,7 @@ def filter_and_gibbs(pf_config: Callable[[int, int], object], gibbs_config: Call
                      error: Callable[[dict[str, np.ndarray], int], float]) -> tuple[list[Point], list[Point]]:
     """The particle-filter and Gibbs curves; ``rows(seed)`` is the data of run ``seed``."""
     def factory(driver_cls: type, config: Callable[[int, int], object]) -> Callable[[int, int], Callable]:
-        return lambda setting, seed: lambda: driver_cls(config(setting, seed), source_of(rows(seed)), Engine())
+        return lambda setting, seed: lambda: driver_cls(config(setting, seed), source_of(rows(seed)), ProcessEngine())
 
     return (measure(PF, particles, seeds, factory(ParticleDriver, pf_config), error),
             measure(GIBBS, sweeps, seeds, factory(GibbsDriver, gibbs_config), error))

@@ -499,7 +499,7 @@ class BMFDriver:
             raise UserError(f"{self.source}: no held-out entries to evaluate (ingest with --holdout)")
         self._check_retained()
         engine = self.engine
-        targets = engine.generate(target_entries, [(self.source.part(r0, r1, engine.local), r0, r1, self.split,
+        targets = engine.generate(target_entries, [(self.source.part(r0, r1), r0, r1, self.split,
                                                     self.validation) for r0, r1 in self.row_bounds])
         parts = engine.collect(engine.map(target_task, self.rows, engine.state(PRED), targets, self.retained))
         return np.concatenate([p for p, _ in parts]), np.concatenate([t for _, t in parts])

@@ -47,6 +47,7 @@ from buffet.kernels import imf, inmf
 from buffet.pipeline.engine.dataset import (MemoryRows, Source, dense_blocks, read_dense_chunk, read_seen_chunk,
                                             row_ranges, source_of)
 from buffet.pipeline.engine.engine import BlockSet, Engine
+from buffet.pipeline.engine.process_executor import ProcessEngine
 from buffet.pipeline.engine.loop import Position, run_loop
 from buffet.pipeline.engine.selection import Candidate
 from buffet.pipeline.engine.settings import (SelectionSettings, checkpoint_option, option, require_counts,
@@ -490,7 +491,7 @@ class IMFDriver:
         if not self.split and self.validation is None:
             raise UserError(f"{self.source}: no held-out entries to evaluate (ingest with --holdout)")
         engine = self.engine
-        targets = engine.generate(target_rows, [(self.source.part(r0, r1, engine.local), r0, r1, self.split,
+        targets = engine.generate(target_rows, [(self.source.part(r0, r1), r0, r1, self.split,
                                                  self.validation) for r0, r1 in self.ranges])
         parts = engine.collect(engine.map(predict_task, targets, engine.state("nu"), self.row_off,
                                          engine.share(self.post["m"]), engine.share(self.col_off)))
@@ -502,7 +503,7 @@ def fit_to_end(config: IMFConfig, data: str | MemoryRows | Source, engine: Engin
     """IMF/INMF fitted to the end without a run folder, on ``engine`` (default: this process), from K+ = 0
     or from the q(z) ``start`` (``IMFDriver.start``). On in-memory rows and an in-process engine this is
     the in-memory reference of the K+ search (module docstring)."""
-    driver = IMFDriver(config, source_of(data), Engine() if engine is None else engine)
+    driver = IMFDriver(config, source_of(data), ProcessEngine() if engine is None else engine)
     driver.start(start)
     run_loop(driver, None, Position(), config.checkpoint_every, quiet=True)
     return driver

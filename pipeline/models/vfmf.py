@@ -25,6 +25,7 @@ from buffet.data.store import DenseRows
 from buffet.kernels import imf, vfmf
 from buffet.pipeline.engine.dataset import MemoryRows, Source, dense_blocks, row_ranges, source_of
 from buffet.pipeline.engine.engine import Engine
+from buffet.pipeline.engine.process_executor import ProcessEngine
 from buffet.pipeline.engine.loop import Position, run_loop
 from buffet.pipeline.engine.seeds import stream
 from buffet.pipeline.engine.settings import checkpoint_option, option, require_counts, require_positive, split_option
@@ -206,7 +207,7 @@ class VariationalDriver:
         if not self.split:
             raise UserError(f"{self.source}: no held-out entries to evaluate (ingest with --holdout)")
         engine = self.engine
-        targets = engine.generate(target_rows, [(self.source.part(r0, r1, engine.local), r0, r1, self.split, None)
+        targets = engine.generate(target_rows, [(self.source.part(r0, r1), r0, r1, self.split, None)
                                                 for r0, r1 in self.ranges])
         zeros = engine.map(no_offsets_task, self.blocks)
         parts = engine.collect(engine.map(predict_task, targets, engine.state("nu"), zeros,
@@ -216,7 +217,7 @@ class VariationalDriver:
 
 def fit_to_end(config: VFMFConfig, data: str | MemoryRows | Source, engine: Engine | None = None) -> VariationalDriver:
     """VFMF/TVIMF fitted to the end without a run folder, on ``engine`` (default: this process)."""
-    driver = VariationalDriver(config, source_of(data), Engine() if engine is None else engine)
+    driver = VariationalDriver(config, source_of(data), ProcessEngine() if engine is None else engine)
     driver.start()
     run_loop(driver, None, Position(), config.checkpoint_every, quiet=True)
     return driver

@@ -1,0 +1,86 @@
+"""The in-process executor: every engine operation runs at once, in this process, on plain values.
+
+It is the executor of small fits (``engine.executor_choice``), of the estimators on in-memory data and of
+the experiments. Block tasks run under a one-thread BLAS (``engine.blas``), as the workers of a cluster do,
+so the numbers are those of ``engine.dask_executor`` to the last digit. Nothing here can lose a worker, so
+the fit loop keeps no recovery point.
+"""
+
+from __future__ import annotations
+
+import itertools
+from typing import Any, Callable, Sequence, TypeVar
+
+from buffet.pipeline.engine.blas import single_threaded_blas
+from buffet.pipeline.engine.engine import BlockSet, Engine, Shared, add_stats, check_lengths, tree_reduce
+
+T = TypeVar("T")
+
+
+def _blocks(work: Callable[[], T]) -> T:
+    """Block tasks, under the workers' one-thread BLAS."""
+    with single_threaded_blas():
+        return work()
+
+
+class ProcessEngine(Engine):
+    """The engine contract (``engine.engine``) in this process."""
+
+    kind = "process"
+
+    def from_values(self, values: Sequence[Any]) -> BlockSet:
+        return BlockSet(len(values), values=list(values))
+
+    def generate(self, fn: Callable, args: Sequence[tuple]) -> BlockSet:
+        return BlockSet(len(args), values=_blocks(lambda: [fn(*a) for a in args]))
+
+    def source_array(self, fn: Callable, args: Sequence[tuple], sizes: Sequence[int], n_cols: int, meta: Any) -> list:
+        """The list of chunks, read at once."""
+        return _blocks(lambda: [fn(*a) for a in args])
+
+    def from_array(self, array: Any) -> BlockSet:
+        """``array`` is a list of chunks (``source_array``) or a 2-D dask array, whose row chunks are computed
+        here one at a time."""
+        if isinstance(array, list):
+            return BlockSet(len(array), values=array)
+        return BlockSet(array.numblocks[0], values=[array.blocks[i].compute(scheduler="sync")
+                                                     for i in range(array.numblocks[0])])
+
+    def share(self, value: Any) -> Shared:
+        return Shared(value)
+
+    def map(self, fn: Callable, *args: Any) -> BlockSet:
+        n = check_lengths(args)
+        columns = [a.values if isinstance(a, BlockSet) else itertools.repeat(a.value if isinstance(a, Shared) else a)
+                   for a in args]
+        return BlockSet(n, values=_blocks(lambda: [fn(*row) for row in zip(*columns)]))
+
+    def select(self, blockset: BlockSet, indices: Sequence[int]) -> BlockSet:
+        return BlockSet(len(indices), values=[blockset.values[int(i)] for i in indices])
+
+    def regroup(self, fn: Callable, blockset: BlockSet, groups: Sequence[Sequence[int]],
+                args: Sequence[tuple] | None = None) -> BlockSet:
+        args = args or [()] * len(groups)
+        return BlockSet(len(groups), values=_blocks(lambda: [fn(*(blockset.values[i] for i in g), *a)
+                                                              for g, a in zip(groups, args)]))
+
+    def reduce(self, blockset: BlockSet, combine: Callable = add_stats) -> Any:
+        return _blocks(lambda: tree_reduce(blockset.values, combine))
+
+    def collect(self, blockset: BlockSet) -> list:
+        return list(blockset.values)
+
+    def hold(self, blockset: BlockSet) -> BlockSet:
+        return blockset
+
+    def rebase(self, name: str, source: Callable[[], BlockSet]) -> None:
+        """The values are already computed: nothing to forget."""
+
+    def recovery_point(self, make: Callable[[], T]) -> T | None:
+        return None
+
+    def await_workers(self) -> None:
+        """This process is the worker."""
+
+    def alive(self, blocksets: Sequence[BlockSet]) -> bool:
+        return True
