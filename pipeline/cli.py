@@ -26,6 +26,7 @@ from buffet.data.arrays import DEFAULT_ROWS_PER_CHUNK
 from buffet.data.errors import UserError
 from buffet.data.urls import exists, join, normalise, parse_storage_options, set_default_storage_options, write_bytes
 from buffet.kernels.bnmf import top_words, topic_mass
+from buffet.pipeline.engine.blas import single_threaded_blas
 from buffet.pipeline.engine.cluster import (CLUSTER_KINDS, DASHBOARD_ADDRESS, WORKER_KINDS, configured_scheduler,
                                             dask_client)
 from buffet.pipeline.engine.codec import from_arrays
@@ -272,13 +273,14 @@ def engine_for(args: argparse.Namespace, model: str, data: Callable[[], Any] | N
     if not args.quiet:
         logger("engine").info("executor: %s (%s)", "this process" if choice.executor == "process" else "Dask cluster",
                               choice.reason)
-    if choice.executor == "process":
-        yield ProcessEngine(args.worker_timeout)
-        return
-    kind = args.worker_kind or spec.worker_kind
-    with dask_client(args.workers, args.scheduler, quiet=args.quiet, worker_kind=kind, cluster=args.cluster,
-                     dashboard_address=args.dashboard_address) as client:
-        yield DaskEngine(client, worker_timeout=args.worker_timeout)
+    with single_threaded_blas():  # the driver's own arithmetic too, so both executors give the same numbers
+        if choice.executor == "process":
+            yield ProcessEngine(args.worker_timeout)
+            return
+        kind = args.worker_kind or spec.worker_kind
+        with dask_client(args.workers, args.scheduler, quiet=args.quiet, worker_kind=kind, cluster=args.cluster,
+                         dashboard_address=args.dashboard_address) as client:
+            yield DaskEngine(client, worker_timeout=args.worker_timeout)
 
 
 def config_from_args(args: argparse.Namespace):

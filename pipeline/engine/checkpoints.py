@@ -1,4 +1,4 @@
-"""Checkpoints of a fit, the same for every model (SPEC 2, issue #11): the driver's globals
+"""Checkpoints of a fit, the same for every model: the driver's globals
 (``Driver.global_arrays``), every named per-block state of the engine, the step and the trace.
 
 Each block of a named state is flattened to arrays (``engine.codec``) and written into the run's new
@@ -7,7 +7,7 @@ listing every file with its checksum, last (``RunStore.save_checkpoint``). Resto
 checkpoint whose files all match its manifest, the block files checked by workers (an older checkpoint
 when the newest is damaged, ``RunStore.read_checkpoint``), and reads every block back where it will be
 used (its lineage is that read, so a lost block is read again). A fit without a run folder keeps its last
-checkpoint in this process.
+checkpoint in this process when its executor can lose workers (``Engine.recovery_point``), and none otherwise.
 """
 
 from __future__ import annotations
@@ -52,10 +52,7 @@ class Saved:
         """Checkpoint the fit at ``step`` (module docstring)."""
         engine = self.engine
         if self.run is None:
-            states = {name: engine.collect(blocks) for name, blocks in engine.states.items()}
-            self._memory = (step, copy.deepcopy(trace), seconds, copy.deepcopy(driver.global_arrays()), states)
-            for name, values in states.items():  # the lineage of the states starts here
-                engine.rebase(name, functools.partial(engine.from_values, values))
+            self._memory = engine.recovery_point(lambda: self._in_memory(driver, step, trace, seconds))
             return
         writer = self.run.begin_checkpoint(step)
         blocks = {}
@@ -65,6 +62,15 @@ class Saved:
         self.run.save_checkpoint(writer, step, codec.to_arrays(driver.global_arrays()),
                                  {"trace": trace, "seconds": seconds}, blocks)
         self._rebase(blocks)
+
+    def _in_memory(self, driver: Any, step: int, trace: list[dict], seconds: float) -> tuple:
+        """The checkpoint of a fit without a run folder, kept here: the step, trace, seconds, globals and every
+        named state's values, from which the states' lineage now starts."""
+        engine = self.engine
+        states = {name: engine.collect(blocks) for name, blocks in engine.states.items()}
+        for name, values in states.items():
+            engine.rebase(name, functools.partial(engine.from_values, values))
+        return step, copy.deepcopy(trace), seconds, copy.deepcopy(driver.global_arrays()), states
 
     def _rebase(self, blocks: dict[str, list[FileRecord]]) -> None:
         """From now on, a named state's lineage starts at its checkpoint files: the cluster keeps no

@@ -194,6 +194,13 @@ class DaskEngine(Engine):
         block lost later is read back and recomputed from there."""
         self.states[name] = source()
 
+    # ----- independent jobs -----
+    def batch(self, fn: Callable[..., T], args: Sequence[tuple]) -> list[T]:
+        """One task per job, spread over the workers by the scheduler; a job on a lost worker is run again."""
+        futures = self._call(self.client.map, _call_with, [fn] * len(args), list(args), pure=False)
+        self._wait(futures)
+        return self._gather(futures)
+
     # ----- recovery -----
     def recovery_point(self, make: Callable[[], T]) -> T | None:
         return make()

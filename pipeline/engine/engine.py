@@ -185,6 +185,13 @@ class Engine(ABC):
         """From now on the named state ``name`` starts from ``source()`` (its checkpoint, written or kept):
         an executor that remembers how each block was computed forgets the steps before it."""
 
+    # ----- independent jobs -----
+    @abstractmethod
+    def batch(self, fn: Callable[..., T], args: Sequence[tuple]) -> list[T]:
+        """``[fn(*a) for a in args]`` for independent jobs, each a whole computation of its own (such as one
+        validation fit on a ``ProcessEngine``), run side by side where the executor can: on the cores of this
+        machine, or as tasks of the cluster. ``fn`` and ``args`` must pickle."""
+
     # ----- recovery -----
     @abstractmethod
     def recovery_point(self, make: Callable[[], T]) -> T | None:

@@ -3,12 +3,17 @@
 It is the executor of small fits (``engine.executor_choice``), of the estimators on in-memory data and of
 the experiments. Block tasks run under a one-thread BLAS (``engine.blas``), as the workers of a cluster do,
 so the numbers are those of ``engine.dask_executor`` to the last digit. Nothing here can lose a worker, so
-the fit loop keeps no recovery point.
+the fit loop keeps no recovery point. Independent whole jobs (``batch``: the validation fits of a model's
+settings) run side by side on the machine's cores.
 """
 
 from __future__ import annotations
 
 import itertools
+import multiprocessing
+import os
+import signal
+import threading
 from typing import Any, Callable, Sequence, TypeVar
 
 from buffet.pipeline.engine.blas import single_threaded_blas
@@ -21,6 +26,33 @@ def _blocks(work: Callable[[], T]) -> T:
     """Block tasks, under the workers' one-thread BLAS."""
     with single_threaded_blas():
         return work()
+
+
+def _quiet_child() -> None:
+    """A job process leaves Ctrl-C and SIGTERM to the command that forked it, which ends the pool."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+
+
+def parallel_jobs(fn: Callable[..., T], args: Sequence[tuple], processes: int) -> list[T]:
+    """``[fn(*a) for a in args]`` in ``processes`` forked processes, results in the order of ``args``. Forked
+    children start at once with this process's modules and data. If this process is interrupted or a job
+    fails, the others are cancelled and the children ended before the error goes on."""
+    pool = multiprocessing.get_context("fork").Pool(processes, initializer=_quiet_child)
+    try:
+        results = pool.map(_star, [(fn, a) for a in args], chunksize=1)
+    except BaseException:
+        pool.terminate()
+        pool.join()
+        raise
+    pool.close()
+    pool.join()
+    return results
+
+
+def _star(job: tuple[Callable, tuple]) -> Any:
+    fn, args = job
+    return fn(*args)
 
 
 class ProcessEngine(Engine):
@@ -72,6 +104,15 @@ class ProcessEngine(Engine):
 
     def hold(self, blockset: BlockSet) -> BlockSet:
         return blockset
+
+    def batch(self, fn: Callable[..., T], args: Sequence[tuple]) -> list[T]:
+        """On every core of this machine: forked worker processes (``parallel_jobs``), or one after another
+        here when there is one core, one job, or another thread in this process (forking a process with
+        threads can deadlock the child)."""
+        if len(args) < 2 or (os.cpu_count() or 1) < 2 or threading.active_count() > 1 \
+                or "fork" not in multiprocessing.get_all_start_methods():
+            return [fn(*a) for a in args]
+        return parallel_jobs(fn, args, min(len(args), os.cpu_count() or 1))
 
     def rebase(self, name: str, source: Callable[[], BlockSet]) -> None:
         """The values are already computed: nothing to forget."""

@@ -1,4 +1,4 @@
-"""Structural settings chosen on validation entries (issue #10 item 2).
+"""Structural settings chosen on validation entries.
 
 A model whose ``ModelSpec`` lists ``candidates`` (IMF, INMF, BMF) can choose settings that the evidence
 or the sampler does not choose well on its own (the cap on K+, offsets or not) by fitting every
@@ -27,6 +27,7 @@ from buffet.pipeline.engine.dataset import Source
 from buffet.pipeline.engine.engine import Engine
 from buffet.pipeline.engine.loop import Position, run_loop
 from buffet.pipeline.engine.messages import logger
+from buffet.pipeline.engine.process_executor import ProcessEngine
 from buffet.pipeline.engine.seeds import stream
 
 log = logger("selection")
@@ -77,14 +78,19 @@ def choose_on_validation(candidates: list[Candidate], make_driver: DriverFactory
     """Fit every candidate (listed in order of preference) once per validation fold without the fold's
     entries, score its predictions of them, and return the config of the candidate chosen by the
     one-standard-error rule on the mean scores (``one_standard_error_choice``), with the record of the
-    choice."""
+    choice. The fits are independent jobs of ``engine.batch``: side by side on this machine's cores, or as
+    tasks of the cluster."""
     folds = validation_folds(config)
     kind = source.open().kind
-    scored = []
-    for i, candidate in enumerate(candidates):
-        scored.append(score_candidate(candidate, make_driver, config, source, engine, folds, kind))
-        log.info("validation %d/%d: %s  %s=%.4f  K+=%s", i + 1, len(candidates), candidate.label,
-                 scored[-1]["metric"], scored[-1]["score"], scored[-1]["k_plus"])
+    log.info("validation: %d candidates x %d folds, %d fits (%s)", len(candidates), len(folds),
+             len(candidates) * len(folds), "in this process" if engine.kind == "process" else "as cluster tasks")
+    jobs = [(candidate.config(config), make_driver, source, fold, kind) for candidate in candidates for fold in folds]
+    results = engine.batch(fit_fold, jobs)
+    scored = [candidate_record(candidate, results[i * len(folds):(i + 1) * len(folds)])
+              for i, candidate in enumerate(candidates)]
+    for i, record in enumerate(scored):
+        log.info("validation %d/%d: %s  %s=%.4f  K+=%s", i + 1, len(candidates), record["label"], record["metric"],
+                 record["score"], record["k_plus"])
     chosen, tolerance = one_standard_error_choice(scored)
     record = {"metric": scored[0]["metric"], "validation_fraction": config.validation_fraction,
               "folds": len(folds), "entries": scored[0]["entries"], "tolerance": tolerance,
@@ -105,19 +111,22 @@ def one_standard_error_choice(scored: list[dict]) -> tuple[int, float]:
     return int(np.flatnonzero(means >= means[best] - tolerance)[0]), tolerance
 
 
-def score_candidate(candidate: Candidate, make_driver: DriverFactory, config: Any, source: Source,
-                    engine: Engine, folds: list[EntrySample], kind: str) -> dict:
-    """One candidate fitted without each fold's entries: its mean score, the score and K+ of every fold,
+def fit_fold(config: Any, make_driver: DriverFactory, source: Source, fold: EntrySample,
+             kind: str) -> tuple[str, float, int, int]:
+    """One validation fit (a job of ``Engine.batch``): ``config`` fitted in this process without the entries
+    of ``fold``; (metric, score of its predictions of them, K+, how many entries the fold holds)."""
+    driver = make_driver(config, source, ProcessEngine(), validation=fold)
+    driver.start()
+    run_loop(driver, None, Position(), config.checkpoint_every, quiet=True)
+    predicted, truth = driver.predictions()
+    metric, value = validation_score(kind, predicted, truth)
+    return metric, value, int(driver.k_plus), int(truth.size)
+
+
+def candidate_record(candidate: Candidate, folds: list[tuple[str, float, int, int]]) -> dict:
+    """What the run records of one candidate: its mean score, the score and K+ of every fold (``fit_fold``),
     and how many validation entries the folds hold."""
-    scores, k_plus, entries = [], [], 0
-    for fold in folds:
-        driver = make_driver(candidate.config(config), source, engine, validation=fold)
-        driver.start()
-        run_loop(driver, None, Position(), config.checkpoint_every, quiet=True)
-        predicted, truth = driver.predictions()
-        metric, value = validation_score(kind, predicted, truth)
-        scores.append(value)
-        k_plus.append(int(driver.k_plus))
-        entries += int(truth.size)
-    return {"label": candidate.label, "metric": metric, "score": float(np.mean(scores)), "fold_scores": scores,
-            "k_plus": k_plus, "entries": entries, "settings": candidate.settings}
+    scores = [value for _, value, _, _ in folds]
+    return {"label": candidate.label, "metric": folds[0][0], "score": float(np.mean(scores)), "fold_scores": scores,
+            "k_plus": [k for _, _, k, _ in folds], "entries": sum(n for _, _, _, n in folds),
+            "settings": candidate.settings}
