@@ -1,10 +1,10 @@
-"""The common contract of the estimators, in scikit-learn's conventions (issue 10, item 5).
+"""The common contract of the estimators, in scikit-learn's conventions.
 
 Every estimator wraps one model's config dataclass: its parameters are exactly the config's fields,
 ``__init__`` keywords with the config's defaults, stored unchanged (the signature is generated from
 the dataclass by ``__init_subclass__``); the config is built and checked in ``fit``. ``fit`` runs the
-model's driver through the engine's loop (SPEC 2), in this process or, with ``client=``, on a Dask
-cluster, and with ``run_dir=`` into a run folder that ``buffet resume`` continues. Fitted attributes
+model's driver through the engine's loop, on ``client``'s Dask cluster when one is given, else in this
+process or on an embedded LocalCluster by the size of the data, as ``buffet fit`` chooses; and with ``run_dir=`` into a run folder that ``buffet resume`` continues. Fitted attributes
 end in ``_``; ``save``/``load`` keep the parameters (JSON) and the fitted arrays (npz), no pickles.
 
 scikit-learn is not a dependency: it is imported only inside ``__sklearn_tags__``.
@@ -12,6 +12,7 @@ scikit-learn is not a dependency: it is imported only inside ``__sklearn_tags__`
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import inspect
 import json
@@ -21,7 +22,7 @@ import typing
 import zlib
 from dataclasses import asdict, fields
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Iterator
 
 import numpy as np
 
@@ -30,9 +31,13 @@ from buffet.data.errors import InputError, StoreError, UserError
 from buffet.data.urls import join, normalise
 from buffet.kernels.bmf import RowStreams
 from buffet.pipeline.engine.dataset import MemoryRows, Source, source_of
+from buffet.pipeline.engine.blas import single_threaded_blas
+from buffet.pipeline.engine.cluster import dask_client
+from buffet.pipeline.engine.dask_executor import DaskEngine
 from buffet.pipeline.engine.engine import Engine
-from buffet.pipeline.engine.executor_choice import engine_on
+from buffet.pipeline.engine.executor_choice import choose, engine_on, stored_entries
 from buffet.pipeline.engine.loop import Driver, Position, run_loop
+from buffet.pipeline.engine.process_executor import ProcessEngine
 from buffet.pipeline.engine.runs import settle_config, spec_for
 from buffet.pipeline.engine.runstore import RunStore
 from buffet.pipeline.engine.seeds import stream
@@ -67,8 +72,27 @@ class InvalidParameterError(UserError, ValueError):
 
 
 def engine_for(client) -> Engine:
-    """The engine on the Dask cluster of ``client``, or in this process."""
+    """The engine on the Dask cluster of ``client``, or in this process (a minibatch, new rows)."""
     return engine_on(client)
+
+
+@contextlib.contextmanager
+def fit_engine(client, source: Source, model_name: str) -> Iterator[Engine]:
+    """The engine of a ``fit``: on ``client``'s cluster when one is given, else chosen as ``buffet fit`` chooses
+    (``engine.executor_choice``): in this process for small data, on an embedded LocalCluster, started for
+    this fit and closed after it, for large. Block arithmetic and the driver's own run on a one-thread BLAS,
+    so the numbers are those of the CLI."""
+    spec = spec_for(model_name)
+    with single_threaded_blas():
+        if client is not None:
+            yield DaskEngine(client)
+            return
+        choice = choose("auto", None, lambda: stored_entries(source.open()), spec.process_entries)
+        if choice.executor == "process":
+            yield ProcessEngine()
+            return
+        with dask_client(quiet=True, worker_kind=spec.worker_kind) as started:
+            yield DaskEngine(started)
 
 
 def row_streams(seed: int, X: np.ndarray, mask: np.ndarray) -> RowStreams:
@@ -193,11 +217,11 @@ class Estimator:
         data = training_data(X, mask, self.input_kind)
         self._forget()
         source, run = self._run_source(data, config, run_dir)
-        engine = engine_for(client)
-        config, self.selection_ = settle_config(spec_for(self.model_name), config, source, engine)
-        if run is not None and self.selection_ is not None:
-            run.record_selection(self.selection_, asdict(config))
-        self._fit(config, source, engine, run)
+        with fit_engine(client, source, self.model_name) as engine:
+            config, self.selection_ = settle_config(spec_for(self.model_name), config, source, engine)
+            if run is not None and self.selection_ is not None:
+                run.record_selection(self.selection_, asdict(config))
+            self._fit(config, source, engine, run)
         self.n_iter_ = len(self.trace_)
         self.n_features_in_ = data.shape[1]
         return self
