@@ -12,9 +12,10 @@ from buffet.data.store import Dataset
 from buffet.kernels import gibbs_linear_gaussian as lg_gibbs
 from buffet.pipeline.engine.dataset import source_of
 from buffet.pipeline.engine.engine import Engine
-from buffet.pipeline.engine.runs import fit_run, resume_run, spec_for
+from buffet.pipeline.engine.runs import fit_run, resume_run
 from buffet.pipeline.engine.seeds import stream
 from buffet.pipeline.models.gibbs import CHAINS, LGGibbsConfig, NoisyORGibbsConfig
+from buffet.pipeline.registry import spec_for
 from buffet.pipeline.reports.ibp import add_true_z
 
 from helpers import assert_same, buffet, checkpoint, restored_driver, run_main
