@@ -36,10 +36,10 @@ from buffet.pipeline.engine.engine import Engine
 from buffet.pipeline.engine.executor_choice import EXECUTORS, choose, stored_entries
 from buffet.pipeline.engine.messages import console, explain, logger, raise_terminated
 from buffet.pipeline.engine.process_executor import ProcessEngine
-from buffet.pipeline.engine.runs import (config_from, fit_run, models, registered_alone, resume_run, run_source,
-                                         spec_for)
+from buffet.pipeline.engine.runs import config_from, fit_run, resume_run, run_source
 from buffet.pipeline.engine.runstore import RunStore, encode_arrays
 from buffet.pipeline.engine.settings import option_help
+from buffet.pipeline.registry import MODELS, models, run_experiment, spec_for
 from buffet.pipeline.reports.outputs import evaluate_run, export_run, report_run
 
 FLAG_ALIASES = {"n_topics": ["--k"]}
@@ -375,8 +375,6 @@ def cmd_demo(args: argparse.Namespace) -> None:
 
 
 def cmd_reproduce(args: argparse.Namespace) -> None:
-    from buffet.pipeline.experiments.registry import run_experiment
-
     files = run_experiment(args.name, Path(args.out or f"reproduce-{args.name}"), args.seeds, args.quick,
                            {"jester": Path(args.jester) if args.jester else None})
     print("\n".join(str(f) for f in files))
@@ -426,10 +424,10 @@ def pop_option(argv: list[str], name: str) -> tuple[str | None, list[str]]:
 
 
 def _fit_model(argv: list[str]) -> str | None:
-    """The model of a ``buffet fit MODEL ...`` command line whose model registers alone
-    (``runs.registered_alone``), so that the parser, and the process, need only that model's module; None
-    for any other command line (``buffet fit --help`` lists every model)."""
-    if len(argv) > 1 and argv[0] == "fit" and registered_alone(argv[1]):
+    """The model of a ``buffet fit MODEL ...`` command line that names a known model, so that the parser, and
+    the process, need only that model's module (``registry.spec_for``); None for any other command line
+    (``buffet fit --help`` lists every model)."""
+    if len(argv) > 1 and argv[0] == "fit" and argv[1] in MODELS:
         return argv[1]
     return None
 

@@ -21,10 +21,11 @@ from buffet.pipeline.cli import main
 from buffet.pipeline.engine import codec
 from buffet.pipeline.engine.checkpoints import Saved
 from buffet.pipeline.engine.process_executor import ProcessEngine
-from buffet.pipeline.engine.runs import config_from, restored, run_source, spec_for
+from buffet.pipeline.engine.runs import config_from, restored, run_source
 from buffet.pipeline.estimators import (IMF, INMF, BayesianNMF, BinaryMF, CorrelatedNMF, LinearGaussianGibbs,
                                         LinearGaussianParticleFilter, NoisyORGibbs, NoisyORParticleFilter)
 from buffet.pipeline.engine.runstore import RunStore
+from buffet.pipeline.registry import spec_for
 
 CLI = [sys.executable, "-m", "buffet.pipeline.cli"]
 

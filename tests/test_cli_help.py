@@ -12,8 +12,8 @@ from typing import Iterator
 import pytest
 
 from buffet.pipeline import cli
-from buffet.pipeline.engine.runs import models
 from buffet.pipeline.engine.settings import option
+from buffet.pipeline.registry import models
 
 DEFAULT = re.compile(r"\(default: [^)]*\)")
 MIN_SENTENCE = 20  # characters of help left once the "(default: ...)" note is removed

@@ -195,6 +195,6 @@ def test_bad_input_is_refused_with_a_value_error(data):
 
 
 def test_importing_the_api_and_the_cli_imports_neither_matplotlib_nor_sklearn():
-    code = ("import sys, buffet.pipeline.estimators, buffet.pipeline.cli, buffet.pipeline.engine.runs as r; r.models(); "
+    code = ("import sys, buffet.pipeline.estimators, buffet.pipeline.cli, buffet.pipeline.registry as r; r.models(); "
             "assert 'matplotlib' not in sys.modules, 'matplotlib'; assert 'sklearn' not in sys.modules, 'sklearn'")
     subprocess.run([sys.executable, "-c", code], check=True)

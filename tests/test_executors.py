@@ -12,7 +12,8 @@ from buffet.pipeline.cli import build_parser, config_from_args, main
 from buffet.pipeline.engine.dataset import source_of
 from buffet.pipeline.engine.executor_choice import choose, engine_on
 from buffet.pipeline.engine.process_executor import ProcessEngine
-from buffet.pipeline.engine.runs import fit_run, models
+from buffet.pipeline.engine.runs import fit_run
+from buffet.pipeline.registry import models
 from buffet.pipeline.engine.runstore import RunStore
 
 from helpers import assert_same, checkpoint

@@ -13,9 +13,10 @@ from buffet.kernels import gibbs_linear_gaussian as lg_gibbs
 from buffet.pipeline.engine.dataset import source_of
 from buffet.pipeline.engine.executor_choice import engine_on
 from buffet.pipeline.engine.process_executor import ProcessEngine
-from buffet.pipeline.engine.runs import fit_run, resume_run, spec_for
+from buffet.pipeline.engine.runs import fit_run, resume_run
 from buffet.pipeline.engine.seeds import stream
 from buffet.pipeline.models.gibbs import CHAINS, LGGibbsConfig, NoisyORGibbsConfig
+from buffet.pipeline.registry import spec_for
 from buffet.pipeline.reports.ibp import add_true_z
 
 from helpers import assert_same, buffet, checkpoint, restored_driver, run_main

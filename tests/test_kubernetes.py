@@ -20,7 +20,7 @@ import yaml
 
 from buffet.pipeline.cli import build_parser, main, parse_args
 from buffet.pipeline.engine.cluster import kube_cluster_spec
-from buffet.pipeline.engine.runs import spec_for
+from buffet.pipeline.registry import spec_for
 
 from helpers import unused_port
 

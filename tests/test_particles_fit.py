@@ -15,9 +15,10 @@ from buffet.kernels.resampling import concatenate_blocks, normalise_log_weights,
 from buffet.pipeline.engine.dataset import source_of
 from buffet.pipeline.engine.executor_choice import engine_on
 from buffet.pipeline.engine.process_executor import ProcessEngine
-from buffet.pipeline.engine.runs import fit_run, resume_run, spec_for
+from buffet.pipeline.engine.runs import fit_run, resume_run
 from buffet.pipeline.engine.seeds import stream
 from buffet.pipeline.models.particles import PARTICLES, LGParticleConfig, NoisyORParticleConfig, block_bounds
+from buffet.pipeline.registry import spec_for
 from buffet.pipeline.reports.ibp import add_true_z
 
 from helpers import assert_same, buffet, checkpoint, restored_driver, run_main

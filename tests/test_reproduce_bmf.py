@@ -4,7 +4,7 @@ numbers in them against what the method must achieve."""
 import numpy as np
 
 from buffet.pipeline.experiments.bmf import digits_data
-from buffet.pipeline.experiments.registry import run_experiment
+from buffet.pipeline.registry import run_experiment
 
 from helpers import read_csv
 

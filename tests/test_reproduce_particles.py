@@ -7,7 +7,7 @@ import pytest
 from buffet.data.ibp_synthetic import image_data, noisy_or_data
 from buffet.kernels.metrics import constant_zzt_error, zzt_error
 from buffet.pipeline.experiments.particles import PF, Point, comparison_rows, error_at, time_to_reach
-from buffet.pipeline.experiments.registry import run_experiment
+from buffet.pipeline.registry import run_experiment
 
 from helpers import read_csv
 

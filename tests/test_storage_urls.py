@@ -20,8 +20,9 @@ from buffet.data.synthetic import write_uci_corpus
 from buffet.data.urls import OPTIONS_VARIABLE, is_url, normalise, zarr_store
 from buffet.pipeline.engine.dataset import source_of
 from buffet.pipeline.engine.process_executor import ProcessEngine
-from buffet.pipeline.engine.runs import config_from, fit_run, spec_for
+from buffet.pipeline.engine.runs import config_from, fit_run
 from buffet.pipeline.engine.runstore import RunStore
+from buffet.pipeline.registry import spec_for
 from buffet.pipeline.reports.outputs import evaluate_run, export_run
 
 from processes import HandStartedCluster

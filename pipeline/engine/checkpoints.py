@@ -15,14 +15,12 @@ from __future__ import annotations
 import copy
 import functools
 import json
-from typing import TYPE_CHECKING, Any, Sequence
+from typing import Any, Sequence
 
 from buffet.pipeline.engine import codec
 from buffet.pipeline.engine.engine import Engine
+from buffet.pipeline.engine.position import Position
 from buffet.pipeline.engine.runstore import FileRecord, RunStore, check_file, read_block_file, write_block_file
-
-if TYPE_CHECKING:
-    from buffet.pipeline.engine.loop import Position
 
 
 def write_block(value: Any, url: str, storage_options: str) -> FileRecord:
@@ -86,11 +84,9 @@ class Saved:
             return []
         return self.engine.collect(self.engine.generate(check_block, [(r, self.storage_options) for r in records]))
 
-    def restore(self, driver: Any, names: Sequence[str] | None = None) -> "Position":
+    def restore(self, driver: Any, names: Sequence[str] | None = None) -> Position:
         """Put the driver and the engine's named states (all, or only ``names``) back to the last
         checkpoint; where it was."""
-        from buffet.pipeline.engine.loop import Position
-
         engine = self.engine
         if self.run is None:
             step, trace, seconds, globals_ = copy.deepcopy(self._memory[:4])

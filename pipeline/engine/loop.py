@@ -20,12 +20,13 @@ from __future__ import annotations
 import collections
 import copy
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 from buffet.pipeline.engine import checkpoints
 from buffet.pipeline.engine.engine import BlockSet, ClusterFailure, Engine
 from buffet.pipeline.engine.messages import ClusterLostError, logger
+from buffet.pipeline.engine.position import Position
 from buffet.pipeline.engine.progress import Progress
 from buffet.pipeline.engine.runstore import RunStore
 
@@ -45,15 +46,6 @@ class Driver(Protocol):
     def finished(self, step: int, trace: list[dict]) -> bool: ...
     def global_arrays(self) -> dict[str, Any]: ...
     def set_globals(self, arrays: dict[str, Any]) -> None: ...
-
-
-@dataclass
-class Position:
-    """Where a fit is: the steps done, the trace so far, the seconds spent before this process started."""
-
-    step: int = 0
-    trace: list[dict] = field(default_factory=list)
-    seconds: float = 0.0
 
 
 @dataclass

@@ -1,83 +1,25 @@
 """Run-level operations shared by every model: fit into a run store, resume, and restore a run for its
 outputs (SPEC 2).
 
-Each model registers a ``ModelSpec``: its config class, how to build its driver on an engine, and its
-``outputs`` (what ``evaluate``, ``export`` and ``report`` add for it: ``reports.outputs``). The modules
-that register models are the modules of ``buffet.pipeline.reports``, found by walking the package, so a
-new model plugs in by adding one module there. The CLI and the Python API call only these functions.
+A run names its model; the model's ``ModelSpec`` (its config class, how to build its driver on an engine,
+its candidates for a choice on validation entries) comes from ``pipeline.registry``, which imports the
+model's own module only when it is looked up. The CLI and the Python API call only these functions.
 """
 
 from __future__ import annotations
 
-import importlib
-import importlib.util
-import pkgutil
-from dataclasses import asdict, dataclass, fields
-from typing import Any, Callable
+from dataclasses import asdict, fields
+from typing import Any
 
 from buffet.data.errors import UserError
 from buffet.pipeline.engine.checkpoints import Saved
 from buffet.pipeline.engine.dataset import Source, source_of
 from buffet.pipeline.engine.engine import Engine
-from buffet.pipeline.engine.executor_choice import PROCESS_ENTRIES
-from buffet.pipeline.engine.loop import Position, run_loop
+from buffet.pipeline.engine.loop import run_loop
+from buffet.pipeline.engine.position import Position
 from buffet.pipeline.engine.runstore import RunStore
-from buffet.pipeline.engine.selection import Candidate, choose_on_validation, wants_validation
-
-
-@dataclass(frozen=True)
-class ModelSpec:
-    """How the engine runs one model and what its runs give a user. ``make_driver(config, source, engine)``
-    builds the driver (with ``validation=`` too when the model has ``candidates``, the settings it can
-    choose on validation entries, ``engine.selection``); ``outputs`` is its ``reports.outputs.Outputs``;
-    ``summary`` the one line ``buffet fit --help`` shows; ``worker_kind`` the kind of embedded LocalCluster
-    worker its block tasks run best on (``cluster.WORKER_KINDS``); ``process_entries`` the stored entries up to
-    which its fits run in this process (``engine.executor_choice``)."""
-
-    config_cls: type
-    make_driver: Callable[..., Any]
-    outputs: Any
-    summary: str
-    worker_kind: str = "processes"
-    process_entries: int = PROCESS_ENTRIES
-    candidates: Callable[[Any], list[Candidate]] | None = None
-
-
-MODELS: dict[str, ModelSpec] = {}
-REGISTRY_PACKAGE = "buffet.pipeline.reports"
-
-
-def register(name: str, spec: ModelSpec) -> None:
-    MODELS[name] = spec
-
-
-def models() -> dict[str, ModelSpec]:
-    """Every registered model: every module of ``REGISTRY_PACKAGE`` is imported (a no-op once imported), so
-    the answer is whole even when some module was imported before, directly."""
-    package = importlib.import_module(REGISTRY_PACKAGE)
-    for module in pkgutil.iter_modules(package.__path__, f"{REGISTRY_PACKAGE}."):
-        importlib.import_module(module.name)
-    return MODELS
-
-
-def spec_for(name: str) -> ModelSpec:
-    """The ``ModelSpec`` of model ``name``: from its own module when one of ``REGISTRY_PACKAGE`` is named after
-    it (``registered_alone``), else after importing them all."""
-    if not registered_alone(name) and name not in models():
-        raise UserError(f"unknown model {name!r}; available: {', '.join(sorted(MODELS))}")
-    return MODELS[name]
-
-
-def registered_alone(name: str) -> bool:
-    """Whether model ``name`` is registered after importing only the module of ``REGISTRY_PACKAGE`` named after
-    it (e.g. ``reports.bnmf``), if there is one: a command that needs one model then does not import the others
-    (about 0.1 s of start-up)."""
-    if name in MODELS:
-        return True
-    if not name.isidentifier() or importlib.util.find_spec(f"{REGISTRY_PACKAGE}.{name}") is None:
-        return False
-    importlib.import_module(f"{REGISTRY_PACKAGE}.{name}")
-    return name in MODELS
+from buffet.pipeline.engine.selection import choose_on_validation, wants_validation
+from buffet.pipeline.registry import ModelSpec, spec_for
 
 
 def config_from(spec: ModelSpec, params: dict) -> Any:

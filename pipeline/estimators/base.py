@@ -38,10 +38,11 @@ from buffet.pipeline.engine.engine import Engine
 from buffet.pipeline.engine.executor_choice import choose, engine_on, stored_entries
 from buffet.pipeline.engine.loop import Driver, Position, run_loop
 from buffet.pipeline.engine.process_executor import ProcessEngine
-from buffet.pipeline.engine.runs import settle_config, spec_for
+from buffet.pipeline.engine.runs import settle_config
 from buffet.pipeline.engine.runstore import RunStore
 from buffet.pipeline.engine.seeds import stream
 from buffet.pipeline.estimators.inputs import COUNTS, Data, training_data
+from buffet.pipeline.registry import spec_for
 
 SAVE_FORMAT = 1
 META = "__buffet_estimator__"          # the JSON entry of a saved estimator's npz
@@ -250,6 +251,11 @@ class Estimator:
         rows = data.source
         from_array(rows.X, store, _store_kind(rows, self.input_kind), mask=rows.mask)
         return source_of(store), run
+
+    def _driver(self, config: Any, source: Source, engine: Engine) -> Driver:
+        """The model's driver for ``config`` reading ``source`` on ``engine``, built as ``buffet fit`` builds
+        it (the model's ``ModelSpec.make_driver``, ``pipeline.registry``)."""
+        return spec_for(self.model_name).make_driver(config, source, engine)
 
     @staticmethod
     def _run(driver: Driver, config: Any, run: RunStore | None, position: Position | None = None) -> list[dict]:

@@ -19,7 +19,7 @@ from buffet.pipeline.engine.engine import Engine
 from buffet.pipeline.engine.runstore import RunStore
 from buffet.pipeline.estimators.base import Estimator, row_streams
 from buffet.pipeline.estimators.inputs import DENSE, dense_rows
-from buffet.pipeline.models.bmf import BMFConfig, BMFDriver
+from buffet.pipeline.models.bmf import BMFConfig
 
 NEW_ROW_SWEEPS = 60   # Gibbs sweeps over new rows' features (the first NEW_ROW_BURN are discarded)
 NEW_ROW_BURN = 10
@@ -40,7 +40,7 @@ class BinaryMF(Estimator):
     input_kind = DENSE
 
     def _fit(self, config: Any, source: Source, engine: Engine, run: RunStore | None) -> None:
-        driver = BMFDriver(config, source, engine)
+        driver = self._driver(config, source, engine)
         driver.start()
         self.trace_ = self._run(driver, config, run)
         self.U_, self.V_, self.W_ = driver.full("u"), driver.full("v"), np.asarray(driver.W, np.float64)

@@ -27,7 +27,7 @@ from buffet.pipeline.engine.loop import Position
 from buffet.pipeline.engine.runstore import RunStore
 from buffet.pipeline.estimators.base import Estimator, engine_for, row_streams
 from buffet.pipeline.estimators.inputs import DENSE, dense_matrix, dense_rows
-from buffet.pipeline.models.gibbs import GibbsDriver, LGGibbsConfig, NoisyORGibbsConfig
+from buffet.pipeline.models.gibbs import LGGibbsConfig, NoisyORGibbsConfig
 from buffet.pipeline.models.particles import LGParticleConfig, NoisyORParticleConfig, ParticleDriver
 
 NEW_ROW_SWEEPS = 60   # Gibbs sweeps over new rows' features (the first NEW_ROW_BURN are discarded)
@@ -39,7 +39,6 @@ class _IBPModel(Estimator):
 
     input_kind = DENSE
     noisy_or: ClassVar[bool] = False
-    label: ClassVar[str]
 
     def _input_tags(self) -> dict[str, bool]:
         return {"sparse": True, "allow_nan": True, "positive_only": self.noisy_or}
@@ -89,7 +88,7 @@ class _ParticleFilter(_IBPModel):
     the filter with more rows, and ``score`` propagates a copy of the particles through new rows."""
 
     def _fit(self, config: Any, source: Source, engine: Engine, run: RunStore | None) -> None:
-        driver = ParticleDriver(config, source, engine, self.label)
+        driver = self._driver(config, source, engine)
         driver.start()
         self.trace_ = self._run(driver, config, run)
         self.masked_ = driver.rows.mask is not None
@@ -124,7 +123,7 @@ class _ParticleFilter(_IBPModel):
             full = np.ones(data.shape, bool)
             if observed is not None:
                 full[n_old:] = observed
-        driver = ParticleDriver(config, source_of(MemoryRows(data, full)), engine_for(client), self.label)
+        driver = self._driver(config, source_of(MemoryRows(data, full)), engine_for(client))
         blocks = [config.BLOCK_CLS(n_rows=n_old, **{name: self._block_array(b, name, data.shape[0])
                                                    for name in config.BLOCK_CLS.FEATURE_AXES})
                   for b in range(driver.n_blocks)]
@@ -163,7 +162,7 @@ class _GibbsSampler(_IBPModel):
     is highest."""
 
     def _fit(self, config: Any, source: Source, engine: Engine, run: RunStore | None) -> None:
-        driver = GibbsDriver(config, source, engine, self.label)
+        driver = self._driver(config, source, engine)
         driver.start()
         self.trace_ = self._run(driver, config, run)
         self._keep_summary(driver.posterior())
@@ -201,7 +200,6 @@ class LinearGaussianParticleFilter(_ParticleFilter):
 
     config_cls = LGParticleConfig
     model_name = "pf-linear-gaussian"
-    label = "pf-lg"
 
 
 class NoisyORParticleFilter(_ParticleFilter):
@@ -211,7 +209,6 @@ class NoisyORParticleFilter(_ParticleFilter):
 
     config_cls = NoisyORParticleConfig
     model_name = "pf-noisy-or"
-    label = "pf-noisy-or"
     noisy_or = True
 
 
@@ -227,7 +224,6 @@ class LinearGaussianGibbs(_GibbsSampler):
 
     config_cls = LGGibbsConfig
     model_name = "gibbs-linear-gaussian"
-    label = "gibbs-lg"
 
 
 class NoisyORGibbs(_GibbsSampler):
@@ -237,5 +233,4 @@ class NoisyORGibbs(_GibbsSampler):
 
     config_cls = NoisyORGibbsConfig
     model_name = "gibbs-noisy-or"
-    label = "gibbs-noisy-or"
     noisy_or = True

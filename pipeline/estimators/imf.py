@@ -18,7 +18,7 @@ from buffet.pipeline.engine.engine import Engine
 from buffet.pipeline.engine.runstore import RunStore
 from buffet.pipeline.estimators.base import Estimator
 from buffet.pipeline.estimators.inputs import DENSE, dense_rows
-from buffet.pipeline.models.imf import IMFConfig, IMFDriver, INMFConfig
+from buffet.pipeline.models.imf import IMFConfig, INMFConfig
 
 
 class IMF(Estimator):
@@ -39,7 +39,7 @@ class IMF(Estimator):
     input_kind = DENSE
 
     def _fit(self, config: Any, source: Source, engine: Engine, run: RunStore | None) -> None:
-        driver = IMFDriver(config, source, engine)
+        driver = self._driver(config, source, engine)
         driver.start()
         self.trace_ = self._run(driver, config, run)
         driver.adopt_best()

@@ -25,9 +25,9 @@ from buffet.pipeline.engine.runstore import RunStore
 from buffet.pipeline.engine.seeds import stream
 from buffet.pipeline.estimators.base import Estimator, engine_for
 from buffet.pipeline.estimators.inputs import COUNTS, memory_rows
-from buffet.pipeline.models.bnmf import BNMF, BNMFConfig
-from buffet.pipeline.models.cnmf import CNMF, CNMFConfig
-from buffet.pipeline.models.topics import TopicDriver, corpus_from_source
+from buffet.pipeline.models.bnmf import BNMFConfig
+from buffet.pipeline.models.cnmf import CNMFConfig
+from buffet.pipeline.models.topics import TopicDriver
 
 NO_ROWS = np.zeros(0, dtype=np.int64)
 
@@ -37,16 +37,10 @@ class _TopicModel(Estimator):
 
     input_kind = COUNTS
     positional = ("n_topics",)
-    model_cls: ClassVar[type]
-    title: ClassVar[str]
     global_names: ClassVar[tuple[str, ...]] = ("g", "h", "docs_seen")
 
-    def _driver(self, config: Any, source: Source, engine: Engine, split: str | None) -> TopicDriver:
-        corpus = corpus_from_source(source, split, self.title)
-        return TopicDriver(self.model_cls.of(config, corpus.n_words), corpus, engine, self.model_name)
-
     def _fit(self, config: Any, source: Source, engine: Engine, run: RunStore | None) -> None:
-        driver = self._driver(config, source, engine, config.split if source.url is not None else None)
+        driver = self._driver(config, source, engine)
         driver.start()
         self.trace_ = self._run(driver, config, run)
         self.n_steps_ = len(self.trace_)
@@ -64,7 +58,7 @@ class _TopicModel(Estimator):
         if not first:
             self._check_columns(m.shape[1])
         engine = engine_for(client)
-        driver = self._driver(config, source_of(MemoryRows(m)), engine, None)
+        driver = self._driver(config, source_of(MemoryRows(m)), engine)
         if first:
             driver.start(n_tokens=m.sum() * total_docs / m.shape[0], n_docs=total_docs)
             self.n_steps_, self.trace_, self.vocab_ = 0, [], None
@@ -103,8 +97,6 @@ class BayesianNMF(_TopicModel):
 
     config_cls = BNMFConfig
     model_name = "bnmf"
-    model_cls = BNMF
-    title = "Bayesian NMF"
 
     def transform(self, X, normalize: bool = False) -> np.ndarray:
         """E[theta_d] of every document (row of ``X``) with the topics fixed, or topic proportions if
@@ -137,8 +129,6 @@ class CorrelatedNMF(_TopicModel):
 
     config_cls = CNMFConfig
     model_name = "cnmf"
-    model_cls = CNMF
-    title = "correlated NMF"
     global_names = ("g", "h", "docs_seen", "L")
 
     def _keep(self, driver: TopicDriver) -> None:

@@ -28,7 +28,6 @@ from buffet.kernels.bmf import heldout_scores
 from buffet.pipeline.engine.dataset import source_of
 from buffet.pipeline.engine.process_executor import ProcessEngine
 from buffet.pipeline.engine.loop import Position, run_loop
-from buffet.pipeline.experiments import registry as reproduce
 from buffet.pipeline.experiments.common import markdown_table, mean_std, write_csv, write_markdown, write_store
 from buffet.pipeline.models.bmf import BMFConfig, BMFDriver
 from buffet.pipeline.reports.plots import new_figure, save_figure
@@ -152,7 +151,3 @@ def run_digits(out_dir: Path, seeds: int, quick: bool) -> list[Path]:
     return [write_markdown("BMF digits (paper 003 figure 4)", [notes, markdown_table(header, rows)],
                            out_dir / "bmf_digits.md"),
             write_csv(header, rows, out_dir / "bmf_digits.csv"), figure]
-
-
-reproduce.register("bmf-bars", run_bars)
-reproduce.register("bmf-digits", run_digits)

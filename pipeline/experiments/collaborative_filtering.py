@@ -33,7 +33,6 @@ import numpy as np
 from buffet.data.errors import InputError, UserError
 from buffet.data.ratings import ingest_dense_ratings
 from buffet.kernels import baselines
-from buffet.pipeline.experiments import registry as reproduce
 from buffet.pipeline.models.imf import IMFConfig, INMFConfig
 from buffet.kernels.metrics import error_metrics
 from buffet.pipeline.reports.plots import new_figure, save_figure
@@ -263,6 +262,3 @@ def run(out_dir: Path, seeds: int, quick: bool, jester: Path | None = None) -> l
             write_csv(["repeat", "method", "K", "NMAE"], records, out_dir / "collaborative_filtering_repeats.csv"),
             figure(rows, out_dir / "collaborative_filtering_nmae.png",
                    "MovieLens sample" if jester is None else "Jester")]
-
-
-reproduce.register("collaborative-filtering", run, options=("jester",))

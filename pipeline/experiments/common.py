@@ -24,8 +24,9 @@ from buffet.data.splits import add_split
 from buffet.kernels import baselines
 from buffet.pipeline.engine.dataset import source_of
 from buffet.pipeline.engine.process_executor import ProcessEngine
-from buffet.pipeline.engine.runs import settle_config, spec_for
+from buffet.pipeline.engine.runs import settle_config
 from buffet.pipeline.models.imf import IMFConfig, INMFConfig, fit_to_end
+from buffet.pipeline.registry import spec_for
 
 SPLIT = "heldout"
 

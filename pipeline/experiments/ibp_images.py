@@ -22,7 +22,6 @@ import numpy as np
 from buffet.kernels import imf
 from buffet.data.ibp_images import make_images
 from buffet.pipeline.engine.dataset import MemoryRows
-from buffet.pipeline.experiments import registry as reproduce
 from buffet.pipeline.models.imf import IMFConfig, INMFConfig, fit_to_end
 from buffet.pipeline.reports.plots import new_figure, save_figure
 from buffet.pipeline.experiments.common import fit_engine, markdown_table, write_csv, write_markdown, write_store
@@ -124,6 +123,3 @@ def run(out_dir: Path, seeds: int, quick: bool) -> list[Path]:
                            out_dir / "ibp_evidence.md"),
             write_csv(header, rows, out_dir / "ibp_evidence.csv"),
             figure(curves, oracles, out_dir / "ibp_evidence.png")]
-
-
-reproduce.register("ibp-evidence", run)

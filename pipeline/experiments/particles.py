@@ -40,7 +40,6 @@ import numpy as np
 from buffet.data.ibp_images import make_images
 from buffet.data.ibp_synthetic import image_data, noisy_or_data
 from buffet.kernels.metrics import base_error, zzt_error
-from buffet.pipeline.experiments import registry as reproduce
 from buffet.pipeline.engine.dataset import MemoryRows, source_of
 from buffet.pipeline.engine.process_executor import ProcessEngine
 from buffet.pipeline.models.gibbs import GibbsDriver, LGGibbsConfig, NoisyORGibbsConfig
@@ -323,8 +322,3 @@ def ibp_speed(out_dir: Path, seeds: int, quick: bool) -> list[Path]:
     return write_outputs(out_dir, "ibp_speed", "Base error against wall time (paper 000 fig. 3)",
                          "IMF/INMF converge fastest; INMF lowest error; the comparators VFMF and TVIMF are unstable "
                          "and need restarts; PF fluctuates heavily", curves, "base error", notes)
-
-
-reproduce.register("pf-images", pf_images, options=("proposal",))
-reproduce.register("pf-noisy-or", pf_noisy_or)
-reproduce.register("ibp-speed", ibp_speed)

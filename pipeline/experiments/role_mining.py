@@ -28,7 +28,6 @@ from buffet.data.bundled import rolemining_path
 from buffet.data.pairs import ingest_pairs
 from buffet.data.splits import holdout_entries
 from buffet.kernels import baselines
-from buffet.pipeline.experiments import registry as reproduce
 from buffet.pipeline.models.imf import IMFConfig, INMFConfig
 from buffet.kernels.metrics import auc
 from buffet.pipeline.reports.plots import new_figure, save_figure
@@ -201,6 +200,3 @@ def run_with(out_dir: Path, seeds: int, settings: Settings) -> list[Path]:
              write_csv(header, rows, out_dir / "role_mining.csv"), per_split,
              figure(rows, out_dir / "role_mining_auc.png")]
     return files
-
-
-reproduce.register("role-mining", run)

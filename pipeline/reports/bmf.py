@@ -1,5 +1,6 @@
 """What a binary matrix factorization run gives a user (SPEC 3.7, 4): held-out scores of the
-posterior predictive mean, K+ and L+, exports and plots. Registers the ``bmf`` model (``engine.runs``).
+posterior predictive mean, K+ and L+, exports and plots. Defines the ``bmf`` model's ``ModelSpec``
+(``pipeline.registry``).
 
 Everything comes from the driver restored at the run's newest checkpoint (``reports.outputs``): the
 last sample of U, V, W and the running sums of the predictive means over the retained sweeps (the
@@ -18,9 +19,9 @@ from buffet.data.splits import EntrySample
 from buffet.kernels.bmf import heldout_scores
 from buffet.pipeline.engine.dataset import Source
 from buffet.pipeline.engine.engine import Engine
-from buffet.pipeline.engine.runs import ModelSpec, register
 from buffet.pipeline.engine.runstore import RunStore
 from buffet.pipeline.models.bmf import PRED, BMFConfig, BMFDriver, structural_candidates
+from buffet.pipeline.registry import ModelSpec
 from buffet.pipeline.reports import plots
 from buffet.pipeline.reports.outputs import Outputs
 
@@ -91,7 +92,7 @@ def summary(driver: BMFDriver, run: RunStore, trace: list[dict]) -> list[str]:
 
 OUTPUTS = Outputs("BMF", evaluate=evaluate, export=export, figures=figures, summary=summary, states=(PRED,))
 
-register("bmf", ModelSpec(config_cls=BMFConfig, make_driver=make_driver, outputs=OUTPUTS,
+SPECS = {"bmf": ModelSpec(config_cls=BMFConfig, make_driver=make_driver, outputs=OUTPUTS,
                           candidates=structural_candidates,
                           summary="binary MF X ~ f(U W V^T) with binary row and column features (IBP priors) by "
-                                  "Gibbs sampling, for real, binary or count data"))
+                                  "Gibbs sampling, for real, binary or count data")}

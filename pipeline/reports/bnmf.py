@@ -1,5 +1,5 @@
 """What a Bayesian NMF run gives a user (SPEC 3.5, 4): held-out scores, topics, exports and plots.
-Registers the ``bnmf`` model (``engine.runs``)."""
+Defines the ``bnmf`` model's ``ModelSpec`` (``pipeline.registry``)."""
 
 from __future__ import annotations
 
@@ -7,10 +7,10 @@ from pathlib import Path
 
 from buffet.pipeline.engine.dataset import Source
 from buffet.pipeline.engine.engine import Engine
-from buffet.pipeline.engine.runs import ModelSpec, register
 from buffet.pipeline.engine.runstore import RunStore
 from buffet.pipeline.models.bnmf import BNMF, BNMFConfig
 from buffet.pipeline.models.topics import TopicDriver, corpus_from_source
+from buffet.pipeline.registry import ModelSpec
 from buffet.pipeline.reports import topics
 from buffet.pipeline.reports.outputs import Outputs
 
@@ -38,6 +38,6 @@ OUTPUTS = Outputs("Bayesian NMF", evaluate=topics.evaluate, export=export, figur
 
 # The local step spends its time in NumPy calls that release the GIL, so threads sharing the shared
 # topics beat worker processes that each receive a serialised copy (benchmarks/README.md section 13).
-register("bnmf", ModelSpec(config_cls=BNMFConfig, make_driver=make_driver, outputs=OUTPUTS, worker_kind="threads",
+SPECS = {"bnmf": ModelSpec(config_cls=BNMFConfig, make_driver=make_driver, outputs=OUTPUTS, worker_kind="threads",
                            summary="Bayesian NMF (Poisson-gamma topic model) by batch VB or SVI, for count data "
-                                   "such as bag-of-words corpora"))
+                                   "such as bag-of-words corpora")}

@@ -1,5 +1,5 @@
 """What a correlated NMF run gives a user (SPEC 3.6, 4): held-out scores, topics, their correlations,
-document locations, exports and plots. Registers the ``cnmf`` model (``engine.runs``)."""
+document locations, exports and plots. Defines the ``cnmf`` model's ``ModelSpec`` (``pipeline.registry``)."""
 
 from __future__ import annotations
 
@@ -10,10 +10,10 @@ import numpy as np
 from buffet.kernels import cnmf
 from buffet.pipeline.engine.dataset import Source
 from buffet.pipeline.engine.engine import Engine
-from buffet.pipeline.engine.runs import ModelSpec, register
 from buffet.pipeline.engine.runstore import RunStore
 from buffet.pipeline.models.cnmf import CNMF, CNMFConfig
 from buffet.pipeline.models.topics import TopicDriver, corpus_from_source
+from buffet.pipeline.registry import ModelSpec
 from buffet.pipeline.reports import plots, topics
 from buffet.pipeline.reports.outputs import Outputs
 
@@ -54,6 +54,6 @@ def summary(driver: TopicDriver, run: RunStore, trace: list[dict]) -> list[str]:
 OUTPUTS = Outputs("Correlated NMF", evaluate=topics.evaluate, export=export, figures=figures, summary=summary)
 
 # Like Bayesian NMF's, the local step is NumPy calls that release the GIL: threads share the globals.
-register("cnmf", ModelSpec(config_cls=CNMFConfig, make_driver=make_driver, outputs=OUTPUTS, worker_kind="threads",
+SPECS = {"cnmf": ModelSpec(config_cls=CNMFConfig, make_driver=make_driver, outputs=OUTPUTS, worker_kind="threads",
                            summary="correlated NMF: Bayesian NMF with topic and document locations in a latent "
-                                   "space, for count data when topic correlations or similar documents matter"))
+                                   "space, for count data when topic correlations or similar documents matter")}

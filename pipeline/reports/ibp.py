@@ -1,8 +1,8 @@
 """What a finished IBP particle-filter or Gibbs run gives a user (SPEC 3.3, 3.4, 4): E[ZZ^T], the
 distribution of K+, E[A] in the most probable class, the ZZ^T error when the truth is known, plots.
 
-Registers ``pf-linear-gaussian``, ``pf-noisy-or``, ``gibbs-linear-gaussian`` and
-``gibbs-noisy-or`` with the run layer (``engine.runs``). The posterior is computed from the run's
+Defines the ``ModelSpec`` of ``pf-linear-gaussian``, ``pf-noisy-or``, ``gibbs-linear-gaussian`` and
+``gibbs-noisy-or`` (``pipeline.registry``). The posterior is computed from the run's
 driver restored at its last checkpoint (the particle blocks or the chains, ``Outputs.states``): the
 weighted summaries of the blocks, or the sums of the chains' retained sweeps. For synthetic data the
 true Z can be stored beside X as the array ``true_Z`` of the dataset store (``add_true_z``);
@@ -20,10 +20,10 @@ from buffet.data.urls import normalise, zarr_store
 from buffet.kernels.metrics import zzt_error
 from buffet.pipeline.engine.dataset import Source
 from buffet.pipeline.engine.engine import Engine
-from buffet.pipeline.engine.runs import ModelSpec, register
 from buffet.pipeline.engine.runstore import RunStore
 from buffet.pipeline.models.gibbs import CHAINS, GibbsDriver, LGGibbsConfig, NoisyORGibbsConfig
 from buffet.pipeline.models.particles import PARTICLES, LGParticleConfig, NoisyORParticleConfig, ParticleDriver
+from buffet.pipeline.registry import ModelSpec
 from buffet.pipeline.reports import plots
 from buffet.pipeline.reports.outputs import Outputs
 
@@ -129,7 +129,7 @@ def _spec(config_cls: type, driver_cls: type, label: str, title: str, summary: s
     return ModelSpec(config_cls=config_cls, make_driver=make_driver, outputs=outputs, summary=summary)
 
 
-MODELS_BY_NAME = {
+SPECS = {
     "pf-linear-gaussian": _spec(LGParticleConfig, ParticleDriver, "pf-lg", "IBP linear-Gaussian particle filter",
                                 "IBP linear-Gaussian model (X = Z A + noise) by a particle filter over the rows, "
                                 "for real data made of binary latent features"),
@@ -143,5 +143,3 @@ MODELS_BY_NAME = {
                             "IBP noisy-OR model by Gibbs sampling in parallel chains, the MCMC baseline for binary "
                             "data"),
 }
-for _name, _spec_value in MODELS_BY_NAME.items():
-    register(_name, _spec_value)

@@ -1,5 +1,6 @@
 """What an IMF/INMF run gives a user (SPEC 3.1-3.2, 4): K+, held-out error or AUC, exports and plots,
-from the best converged state of the search. Registers the ``imf`` and ``inmf`` models (``engine.runs``).
+from the best converged state of the search. Defines the ``imf`` and ``inmf`` models'
+``ModelSpec`` (``pipeline.registry``).
 """
 
 from __future__ import annotations
@@ -13,9 +14,9 @@ from buffet.data.splits import EntrySample
 from buffet.kernels.metrics import auc, error_metrics
 from buffet.pipeline.engine.dataset import Source
 from buffet.pipeline.engine.engine import Engine
-from buffet.pipeline.engine.runs import ModelSpec, register
 from buffet.pipeline.engine.runstore import RunStore
 from buffet.pipeline.models.imf import IMFConfig, IMFDriver, INMFConfig, structural_candidates
+from buffet.pipeline.registry import ModelSpec
 from buffet.pipeline.reports import plots
 from buffet.pipeline.reports.outputs import Outputs
 
@@ -79,8 +80,8 @@ SUMMARIES = {
     "inmf": "infinite nonnegative MF: IMF with nonnegative features by Power-EP, for real or binary matrices "
             "such as ratings or user-permission tables",
 }
-for _name, _title, _cls in (("imf", "IMF", IMFConfig), ("inmf", "INMF", INMFConfig)):
-    register(_name, ModelSpec(config_cls=_cls, make_driver=make_driver, summary=SUMMARIES[_name],
-                              outputs=Outputs(_title, evaluate=evaluate, export=export, figures=figures,
-                                              summary=summary, states=("nu", "best_nu")),
-                              candidates=structural_candidates))
+SPECS = {name: ModelSpec(config_cls=cls, make_driver=make_driver, summary=SUMMARIES[name],
+                         outputs=Outputs(title, evaluate=evaluate, export=export, figures=figures, summary=summary,
+                                         states=("nu", "best_nu")),
+                         candidates=structural_candidates)
+         for name, title, cls in (("imf", "IMF", IMFConfig), ("inmf", "INMF", INMFConfig))}

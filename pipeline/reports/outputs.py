@@ -18,8 +18,9 @@ import numpy as np
 
 from buffet.pipeline.engine.engine import Engine
 from buffet.pipeline.engine.loop import Position
-from buffet.pipeline.engine.runs import restored, spec_for
+from buffet.pipeline.engine.runs import restored
 from buffet.pipeline.engine.runstore import RunStore
+from buffet.pipeline.registry import spec_for
 from buffet.pipeline.reports import plots, selection
 
 Metrics = Callable[[Any, RunStore], dict]                          # (driver, run) -> scores

@@ -1,5 +1,6 @@
 """What a VFMF/TVIMF run gives a user (SPEC 3.8, 4): the bound, the features used, held-out error or AUC,
-exports and plots, from the best restart. Registers the ``vfmf`` and ``tvimf`` models (``engine.runs``).
+exports and plots, from the best restart. Defines the ``vfmf`` and ``tvimf`` models'
+``ModelSpec`` (``pipeline.registry``).
 """
 
 from __future__ import annotations
@@ -10,9 +11,9 @@ import numpy as np
 
 from buffet.pipeline.engine.dataset import Source
 from buffet.pipeline.engine.engine import Engine
-from buffet.pipeline.engine.runs import ModelSpec, register
 from buffet.pipeline.engine.runstore import RunStore
 from buffet.pipeline.models.vfmf import TVIMFConfig, VariationalDriver, VFMFConfig
+from buffet.pipeline.registry import ModelSpec
 from buffet.pipeline.reports import plots
 from buffet.pipeline.reports.imf import heldout_metrics
 from buffet.pipeline.reports.outputs import Outputs
@@ -70,7 +71,7 @@ SUMMARIES = {
     "tvimf": "truncated stick-breaking variational IBP linear-Gaussian MF (truncation T, best of random restarts), "
              "paper 000's comparator",
 }
-for _name, _title, _cls in (("vfmf", "VFMF", VFMFConfig), ("tvimf", "TVIMF", TVIMFConfig)):
-    register(_name, ModelSpec(config_cls=_cls, make_driver=make_driver, summary=SUMMARIES[_name],
-                              outputs=Outputs(_title, evaluate=evaluate, export=export, figures=figures,
-                                              summary=summary, states=("nu", "best_nu"))))
+SPECS = {name: ModelSpec(config_cls=cls, make_driver=make_driver, summary=SUMMARIES[name],
+                         outputs=Outputs(title, evaluate=evaluate, export=export, figures=figures, summary=summary,
+                                         states=("nu", "best_nu")))
+         for name, title, cls in (("vfmf", "VFMF", VFMFConfig), ("tvimf", "TVIMF", TVIMFConfig))}
