@@ -85,7 +85,7 @@ def run_buffet(args) -> dict:
 
     config = buffet_config(args)
     driver, trace, measured = timed_svi_pass(make_driver, config, args.store, args.workers, args.worker_kind)
-    g, h = driver.globals["g"], driver.globals["h"]
+    g, h = driver.state.g, driver.state.h
     return {**measured, "docs": driver.corpus.n_train, **buffet_heldout(args.store, g, h, config),
             "mean_sweeps": float(np.mean([r["mean_sweeps"] for r in trace])),
             "chunk_rows": config.chunk_rows, "steps": len(trace), "precision": args.precision,

@@ -90,13 +90,13 @@ def heldout_weights(model: str, driver, obs) -> np.ndarray:
     """Each held-out document's topic weights fitted by the model's local step on its observed thirds."""
     from buffet.kernels import bnmf, cnmf
 
-    g, h = driver.globals["g"], driver.globals["h"]
+    g, h = driver.state.g, driver.state.h
     view = bnmf.TopicView.from_params(g, h)
     if model == "bnmf":
         hyper, settings = driver.model.hyper, driver.config.inference_settings()
         fit = bnmf.local_step(obs.indptr, obs.indices, obs.data, view, hyper, settings, with_stats=False)
         return fit.a / bnmf.theta_rate(view, hyper)
-    L = driver.globals["L"]
+    L = driver.state.L
     u = cnmf.local_step(obs.indptr, obs.indices, obs.data, view, L, cnmf.LocalSettings(), with_stats=False).u
     z = u @ L.T
     return np.exp(z - z.max(axis=1, keepdims=True))
@@ -110,7 +110,7 @@ def heldout_ll(model: str, driver, store: str) -> float:
 
     rows = np.asarray(Dataset(store).split("heldout")["test_rows"], dtype=np.int64)
     obs, held = thirds(count_row_set(source_of(store), rows).to_scipy())
-    g, h = driver.globals["g"], driver.globals["h"]
+    g, h = driver.state.g, driver.state.h
     ll, tokens = bnmf.completion_score(obs.indptr, obs.indices, held.data, heldout_weights(model, driver, obs), g / h)
     return ll / tokens
 
@@ -121,9 +121,9 @@ def local_step_profile(driver, store: str, n_docs: int = 1000, top: int = 12) ->
     from buffet.kernels import bnmf, cnmf
 
     rows = Dataset(store).read_rows(0, n_docs).to_scipy().tocsr()
-    view = bnmf.TopicView.from_params(driver.globals["g"], driver.globals["h"])
+    view = bnmf.TopicView.from_params(driver.state.g, driver.state.h)
     profile = cProfile.Profile()
-    profile.runcall(cnmf.local_step, rows.indptr, rows.indices, rows.data, view, driver.globals["L"],
+    profile.runcall(cnmf.local_step, rows.indptr, rows.indices, rows.data, view, driver.state.L,
                     driver.config.local_settings())
     stats = pstats.Stats(profile).stats
     ranked = sorted(stats.items(), key=lambda item: -item[1][2])[:top]

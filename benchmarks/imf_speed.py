@@ -78,7 +78,7 @@ def fit_seed(config_cls: type, seed: int, folder: Path, max_k: int, noise_var: f
     start = time.perf_counter()
     driver = fit_to_end(config_cls(max_k=max_k, chunk_rows=100, restart=restart), str(store.path))
     seconds = time.perf_counter() - start
-    error = base_error(A, driver.post["m"].T) if driver.k_plus else float("inf")
+    error = base_error(A, driver.state.post["m"].T) if driver.k_plus else float("inf")
     return {"model": config_cls.__name__.replace("Config", "").lower(), "seed": seed, "seconds": seconds,
             "k_plus": driver.k_plus, "base_error": error, "hit": bool(error <= TARGET_ERROR and seconds < 1.0),
             **oracle_errors(X, Z, A, noise_var, seed)}

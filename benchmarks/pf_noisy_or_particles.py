@@ -67,7 +67,7 @@ def main() -> None:
         if args.diagnose:
             worst = drivers[int(np.argmax(errors))]
             [block] = worst.particle_blocks()
-            best = int(np.argmax(worst.weights))
+            best = int(np.argmax(worst.state.weights))
             active = block.m[best] > 0
             state = NoisyORGibbsState(block.Z[best][:, active], block.Y[best][active], 3.0)
             result.update(worst_seed=int(np.argmax(errors)), heaviest_log_joint=round(log_joint(X, state, params), 1),

@@ -68,11 +68,11 @@ def topics_for(store: str) -> Path:
     drv = make_driver(BNMFConfig(n_topics=100, batch_size=1000, chunk_rows=500), source_of(store), ProcessEngine())
     drv.eval_rows = None  # no held-out scoring on the way
     drv.start()
-    g0, h0 = drv.globals["g"].copy(), drv.globals["h"].copy()
+    g0, h0 = drv.state.g.copy(), drv.state.h.copy()
     for s in range(20):
         drv.step(s)
     assert isinstance(drv.model.hyper, bnmf.Hyper)
-    np.savez(path, g=drv.globals["g"], h=drv.globals["h"], g_start=g0, h_start=h0)
+    np.savez(path, g=drv.state.g, h=drv.state.h, g_start=g0, h_start=h0)
     return path
 
 

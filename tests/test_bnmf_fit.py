@@ -83,7 +83,7 @@ def test_resumed_run_ends_like_an_uninterrupted_run(tmp_path, corpus_store, mode
     assert RunStore(part.path).status == "interrupted"
     resumed = resume_run(str(part.path), ProcessEngine(), quiet=True)
     assert resumed.status == "finished"
-    (g1, h1), (g2, h2) = [(d.globals["g"], d.globals["h"]) for d in (restored_driver(whole), restored_driver(resumed))]
+    (g1, h1), (g2, h2) = [(d.state.g, d.state.h) for d in (restored_driver(whole), restored_driver(resumed))]
     np.testing.assert_allclose(topic_word(g1, h1), topic_word(g2, h2), rtol=0, atol=1e-12)
     trace1, trace2 = checkpoint(whole)[1], checkpoint(resumed)[1]
     assert [r["step"] for r in trace1] == [r["step"] for r in trace2]
@@ -100,7 +100,7 @@ def test_same_seed_same_topics_on_1_and_2_workers_and_other_chunkings(tmp_path, 
                             chunk_rows=chunk_rows, eval_every=2, seed=3, **options)
         run = fit_run("bnmf", source_of(corpus_store), tmp_path / f"run{i}", config, engine_on(clients[workers]),
                       quiet=True)
-        runs.append((topic_word(restored_driver(run).globals["g"], restored_driver(run).globals["h"]),
+        runs.append((topic_word(restored_driver(run).state.g, restored_driver(run).state.h),
                      checkpoint(run)[1]))
     for topics, trace in runs[1:]:
         assert np.abs(topics - runs[0][0]).max() <= 1e-10

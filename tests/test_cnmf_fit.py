@@ -37,7 +37,7 @@ def test_resumed_run_ends_like_an_uninterrupted_run(tmp_path, cnmf_store, mode):
     part = fit_run("cnmf", source_of(cnmf_store), tmp_path / "part", config, ProcessEngine(), stop_after=3, quiet=True)
     assert RunStore(part.path).status == "interrupted"
     resumed = resume_run(str(part.path), ProcessEngine(), quiet=True)
-    a1, a2 = restored_driver(whole).globals, restored_driver(resumed).globals
+    a1, a2 = restored_driver(whole).global_arrays(), restored_driver(resumed).global_arrays()
     for name in ("g", "h", "L"):
         np.testing.assert_allclose(a1[name], a2[name], rtol=1e-12, atol=1e-12)
     trace1, trace2 = checkpoint(whole)[1], checkpoint(resumed)[1]
@@ -62,7 +62,7 @@ def test_cli_fit_evaluate_export_report_and_determinism(tmp_path, cnmf_store, ca
     np.testing.assert_allclose(arrays["topic_word"].sum(axis=1), 1.0)
     assert arrays["vocab"][0] == "term0" and len(arrays["trace_step"]) == 8
     driver = restored_driver(RunStore(tmp_path / "run"))  # u_d of documents 100-109 as a block of their own
-    some = driver.model.location(Dataset(cnmf_store).read_rows(100, 110), driver.model.local_view(driver.globals))
+    some = driver.model.location(Dataset(cnmf_store).read_rows(100, 110), driver.model.local_view(driver.state))
     np.testing.assert_allclose(some, arrays["u"][100:110], rtol=0, atol=1e-10)
     files = run_main(capsys, "report", tmp_path / "run", "--out", tmp_path / "report").split()
     for name in ("trace.png", "heldout_loglik.png", "correlation.png", "topics.png"):

@@ -67,8 +67,8 @@ def test_store_driver_in_row_blocks_equals_the_in_memory_reference(tmp_path, ima
     # candidates, whose L differ by >= 1e-5 even when they reach the same optimum. So 1e-8 is not tight.
     reference = reference_fit(x, config_cls=config_cls, **settings)
     assert arrays["A_mean"].shape[0] == reference.k_plus
-    np.testing.assert_allclose(arrays["A_mean"], reference.post["m"].T, atol=1e-8)
-    np.testing.assert_allclose(arrays["evidence_by_k"], np.array(reference.history), rtol=1e-9)
+    np.testing.assert_allclose(arrays["A_mean"], reference.state.post["m"].T, atol=1e-8)
+    np.testing.assert_allclose(arrays["evidence_by_k"], np.array(reference.state.history), rtol=1e-9)
     assert _states(run) == {"nu"}  # the saved search states are dropped once the search is done
 
 

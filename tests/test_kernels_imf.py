@@ -300,7 +300,7 @@ def test_fit_prefers_no_features_on_pure_noise() -> None:
     x = np.random.default_rng(0).normal(size=(30, 6))
     fit = reference_fit(x, max_k=3, patience=2)
     assert fit.k_plus == 0
-    assert fit.history[0][0] == 0 and len(fit.history) >= 2
+    assert fit.state.history[0][0] == 0 and len(fit.state.history) >= 2
 
 
 def test_fit_with_missing_entries_predicts_them() -> None:
@@ -310,7 +310,7 @@ def test_fit_with_missing_entries_predicts_them() -> None:
     mask = np.random.default_rng(0).random(x.shape) < 0.8
     fit = reference_fit(np.where(mask, x, np.nan), mask, max_k=8)
     truth = (z @ a)[~mask]
-    error = np.sqrt(np.mean(((fit.expected_z() @ fit.post["m"].T)[~mask] - truth) ** 2))
+    error = np.sqrt(np.mean(((fit.expected_z() @ fit.state.post["m"].T)[~mask] - truth) ** 2))
     baseline = np.sqrt(np.mean((np.broadcast_to(np.nanmean(np.where(mask, x, np.nan), axis=0), x.shape)[~mask]
                                 - truth) ** 2))
     assert fit.k_plus == 4
@@ -328,7 +328,7 @@ def test_evidence_peaks_at_four_on_ibp_images(seed: int) -> None:
     x, _, _ = ibp_images.make_images(n_rows=50, noise_var=0.5, variant="four", seed=seed)
     fit = reference_fit(x, max_k=8, patience=8)
     curve: dict[int, float] = {}
-    for k_plus, value in fit.history:
+    for k_plus, value in fit.state.history:
         curve[k_plus] = max(curve.get(k_plus, -np.inf), value)
     assert fit.k_plus == 4
     assert set(range(1, 6)) <= set(curve)

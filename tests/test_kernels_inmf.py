@@ -191,7 +191,7 @@ def test_inmf_bases_are_nonnegative_and_close_to_the_truth(seed: int) -> None:
     x, _, a = ibp_images.make_images(n_rows=50, noise_var=0.5, variant="four", seed=seed)
     start = reference_fit(x, max_k=8)
     fit = reference_fit(x, config_cls=INMFConfig, start=start.expected_z(), max_k=start.k_plus)
-    bases = fit.post["m"].T
+    bases = fit.state.post["m"].T
     assert bases.shape == (4, 36)
     assert (bases >= 0).all()
     assert max(base_error(a[k:k + 1], bases) for k in range(4)) < 0.05

@@ -96,7 +96,7 @@ def test_moving_particles_between_blocks_equals_resampling_the_gathered_particle
     for block, want in zip(blocks, expected):
         np.testing.assert_array_equal(block.Z, want.Z)
         np.testing.assert_allclose(block.M, want.M, rtol=1e-12, atol=1e-12)
-    np.testing.assert_allclose(driver.weights, weights, rtol=1e-12)
+    np.testing.assert_allclose(driver.state.weights, weights, rtol=1e-12)
     resampled = [r["resampled"] for r in checkpoint(run)[1]]
     assert resampled[-1] == 0.0 and (sum(resampled) == 23 if ess_threshold == 1.0 else 0 < sum(resampled) < 23)
 
@@ -108,7 +108,7 @@ def test_resumed_filter_ends_like_an_uninterrupted_one(tmp_path, stores, model, 
     whole = fit_run(model, source_of(stores[store]), tmp_path / "whole", config, ProcessEngine(), quiet=True)
     part = fit_run(model, source_of(stores[store]), tmp_path / "part", config, ProcessEngine(), stop_after=3, quiet=True)
     assert part.status == "interrupted"
-    assert restored_driver(part, (PARTICLES,)).rows_done == 3
+    assert restored_driver(part, (PARTICLES,)).state.rows_done == 3
     assert_same(checkpoint(whole), checkpoint(resume_run(str(part.path), ProcessEngine(), quiet=True)))
 
 
@@ -135,7 +135,7 @@ def test_more_blocks_than_particles_and_bad_settings_are_handled(tmp_path, store
     run = fit_run("pf-noisy-or", source_of(stores["pf-noisy-or"]), tmp_path / "few",
                   NoisyORParticleConfig(particles=2, blocks=5), ProcessEngine(), quiet=True)
     driver = restored_driver(run, (PARTICLES,))
-    assert driver.weights.shape == (2,) and [b.n_particles for b in driver.particle_blocks()] == [1, 1]
+    assert driver.state.weights.shape == (2,) and [b.n_particles for b in driver.particle_blocks()] == [1, 1]
     with pytest.raises(UserError, match=r"lam must be in \(0, 1\)"):
         fit_run("pf-noisy-or", source_of(stores["pf-noisy-or"]), tmp_path / "bad", NoisyORParticleConfig(lam=1.5),
                 ProcessEngine(), quiet=True)

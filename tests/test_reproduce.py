@@ -152,7 +152,7 @@ def test_imf_offsets_in_the_driver_equal_offsets_then_the_in_memory_reference(tm
     row, col = baselines.fit_biases(x, ~heldout, 1.0, n_iter=OFFSET_SWEEPS)
     centred = imf.remove_offsets(x, ~heldout, row, col)
     reference = reference_fit(centred, ~heldout, max_k=6, n_candidates=1, tol=1e-7, max_iter=400)
-    expected = (reference.expected_z() @ reference.post["m"].T + row[:, None] + col[None, :])[heldout]
+    expected = (reference.expected_z() @ reference.state.post["m"].T + row[:, None] + col[None, :])[heldout]
     assert fit.k_plus == reference.k_plus
     np.testing.assert_allclose(fit.predictions, expected, atol=1e-8)
     np.testing.assert_allclose(fit.truths, x[heldout])

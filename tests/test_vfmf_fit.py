@@ -63,7 +63,7 @@ def test_recovers_the_planted_images(name):
     or nearly flat (TVIMF can keep features with max |E a_kj| ~ 0.2 used by about half the rows)."""
     x, z, a = make_images(n_rows=1000, noise_var=0.25, variant="four", seed=0)
     fit = fit_to_end(CONFIGS[name](truncation=6, restarts=3, chunk_rows=250, split=None), MemoryRows(x))
-    learned = fit.post["m"].T
+    learned = fit.state.post["m"].T
     error = np.abs(a[:, None, :] - learned[None]).max(axis=2)
     rows, cols = linear_sum_assignment(error)
     assert np.all(error[rows, cols] < 0.2)

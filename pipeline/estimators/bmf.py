@@ -43,11 +43,11 @@ class BinaryMF(Estimator):
         driver = self._driver(config, source, engine)
         driver.start()
         self.trace_ = self._run(driver, config, run)
-        self.U_, self.V_, self.W_ = driver.full("u"), driver.full("v"), np.asarray(driver.W, np.float64)
+        self.U_, self.V_, self.W_ = driver.full("u"), driver.full("v"), np.asarray(driver.state.W, np.float64)
         self.predictive_mean_ = driver.predictive_mean()
         self.k_plus_, self.l_plus_ = int(self.U_.shape[1]), int(self.V_.shape[1])
-        self.alpha_, self.lam_, self.phi_, self.theta_ = (float(driver.alpha), float(driver.lam),
-                                                         float(driver.phi), float(driver.theta))
+        self.alpha_, self.lam_, self.phi_, self.theta_ = (float(driver.state.alpha), float(driver.state.lam),
+                                                         float(driver.state.phi), float(driver.state.theta))
 
     def _samples(self, X, mask, sweeps: int) -> tuple[np.ndarray, np.ndarray]:
         """U samples (S, n, K+) of the rows of ``X`` (module docstring) and the features' G = W V^T.

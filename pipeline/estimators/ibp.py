@@ -101,7 +101,7 @@ class _ParticleFilter(_IBPModel):
         for b, block in enumerate(driver.particle_blocks()):
             self.particles_.update({f"block{b}_{name}": getattr(block, name) for name in block.FEATURE_AXES})
         self.n_rows_ = int(driver.n_rows)
-        self.log_evidence_ = float(driver.log_evidence)
+        self.log_evidence_ = float(driver.state.log_evidence)
         self._keep_summary(driver.posterior())
 
     def _continued(self, X, mask, client) -> ParticleDriver:
@@ -153,7 +153,7 @@ class _ParticleFilter(_IBPModel):
         fitted particles processes the rows of ``X`` (SPEC 3.3 weights; the fitted model is unchanged)."""
         driver = self._continued(X, mask, client)
         self._run(driver, self._config(), None, Position(self.n_rows_))
-        return (driver.log_evidence - self.log_evidence_) / (driver.n_rows - self.n_rows_)
+        return (driver.state.log_evidence - self.log_evidence_) / (driver.n_rows - self.n_rows_)
 
 
 class _GibbsSampler(_IBPModel):

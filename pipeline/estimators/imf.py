@@ -43,11 +43,11 @@ class IMF(Estimator):
         driver.start()
         self.trace_ = self._run(driver, config, run)
         driver.adopt_best()
-        self.posterior_ = dict(driver.post)
-        self.components_ = driver.post["m"].T.copy()
+        self.posterior_ = dict(driver.state.post)
+        self.components_ = driver.state.post["m"].T.copy()
         self.k_plus_ = driver.k_plus
-        self.evidence_ = float(driver.best["evidence"])
-        self.evidence_by_k_ = np.array(driver.history, dtype=np.float64).reshape(-1, 2)
+        self.evidence_ = float(driver.state.best_evidence)
+        self.evidence_by_k_ = np.array(driver.state.history, dtype=np.float64).reshape(-1, 2)
         self.column_offsets_ = np.asarray(driver.col_off, dtype=np.float64)
 
     def _rows(self, X, mask) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

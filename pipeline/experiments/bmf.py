@@ -91,7 +91,7 @@ def run_bars(out_dir: Path, seeds: int, quick: bool) -> list[Path]:
         rmse = {"BMF posterior mean": np.sqrt(np.mean((pred[cut][:, HALF:] - truth) ** 2)),
                 "prior mean 0": np.sqrt(np.mean(truth ** 2)),
                 "nearest neighbour (top half)": np.sqrt(np.mean((nearest_bottom(data.X, data.missing) - truth) ** 2))}
-        rows.append([seed, data.U.shape[1], driver.W.shape[0], driver.W.shape[1], *rmse.values()])
+        rows.append([seed, data.U.shape[1], driver.state.W.shape[0], driver.state.W.shape[1], *rmse.values()])
         if figure is None:
             shown = np.flatnonzero(cut)[:SHOWN]
             figure = image_rows({"A data": np.where(data.missing, np.nan, data.X)[shown], "B noise-free":
@@ -137,7 +137,7 @@ def run_digits(out_dir: Path, seeds: int, quick: bool) -> list[Path]:
         cut = missing.any(axis=1)
         truth, nearest = x[cut][:, HALF:], nearest_bottom(x, missing)
         scores = heldout_scores("logistic", mean[cut][:, HALF:].ravel(), truth.ravel())
-        rows.append([seed, driver.W.shape[0], driver.W.shape[1], scores["auc"], scores["log_loss"],
+        rows.append([seed, driver.state.W.shape[0], driver.state.W.shape[1], scores["auc"], scores["log_loss"],
                      float(np.mean((mean[cut][:, HALF:] > 0.5) == truth)), float(np.mean(nearest == truth))])
         if figure is None:
             figure = image_rows({"A digits": x[cut], "B shown": np.where(missing, np.nan, x)[cut],

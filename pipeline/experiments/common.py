@@ -71,7 +71,7 @@ def fit_engine(config: IMFConfig, store: str) -> EngineFit:
                                       engine)
     driver = fit_to_end(config, source, engine)
     predictions, truths = driver.predictions() if driver.split else (np.zeros(0), np.zeros(0))
-    return EngineFit(predictions, truths, driver.k_plus, list(driver.history), config, selection)
+    return EngineFit(predictions, truths, driver.k_plus, list(driver.state.history), config, selection)
 
 
 def engine_label(name: str, config: IMFConfig) -> str:

@@ -272,7 +272,7 @@ def _imf_point(config_cls: type, stores: list[str], truths: list[np.ndarray], ma
         start = time.perf_counter()
         driver = fit_to_end(config_cls(max_k=max_k, chunk_rows=64, split=None), store)
         times.append(time.perf_counter() - start)
-        errors.append(_base_error(A_true, driver.post["m"].T))
+        errors.append(_base_error(A_true, driver.state.post["m"].T))
     return Point("INMF" if config_cls is INMFConfig else "IMF", 0, tuple(times), tuple(errors))
 
 
@@ -289,7 +289,7 @@ def _variational_curve(config_cls: type, stores: list[str], truths: list[np.ndar
             config = config_cls(truncation=truncation, restarts=restarts, seed=seed, chunk_rows=64, split=None)
             driver = fit_variational(config, store)
             times.append(time.perf_counter() - start)
-            errors.append(_base_error(A_true, driver.post["m"].T))
+            errors.append(_base_error(A_true, driver.state.post["m"].T))
         points.append(Point("TVIMF" if config_cls is TVIMFConfig else "VFMF", truncation, tuple(times), tuple(errors)))
     return points
 

@@ -24,7 +24,7 @@ regrouped from every row panel (``engine.regroup``). One engine step is one swee
 
 The binary matrices are small (I x K+, J x L+ bits) and stay on the client, which needs them whole
 to form the other side's loadings: with W, the hyperparameters and the count of retained sweeps they
-are the driver's globals (``global_arrays``). A panel's task is sent its own rows of U or V
+are the driver's client-side values, one ``BMFState``. A panel's task is sent its own rows of U or V
 (``engine.from_values``) and, as plain arguments, W and the other side's whole matrix. Every random draw comes from
 ``stream(seed, purpose, sweep, panel)``, made inside the task that uses it, so a seed gives the same
 chain on any number of workers and a step tried again draws the same numbers. After ``burn_in``
@@ -36,7 +36,7 @@ mean of every entry, held-out ones included (section 3.4).
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import partial
 
 import numpy as np
@@ -54,6 +54,7 @@ from buffet.pipeline.engine.seeds import stream
 from buffet.pipeline.engine.selection import Candidate
 from buffet.pipeline.engine.settings import (SelectionSettings, checkpoint_option, option, require_counts,
                                              require_positive, split_option)
+from buffet.pipeline.models.state import DriverState, StatefulDriver
 
 PRED = "pred"  # the named state of the running sums of predictive means, one block per row panel
 FEATURE_CAPS = (2, 4, 8)  # finite K = L tried beside the configured priors when chosen on validation
@@ -248,9 +249,31 @@ def target_task(rows: DenseRows, total: np.ndarray, target: np.ndarray, retained
 
 # ----- the driver -----
 
-class BMFDriver:
+@dataclass
+class BMFState(DriverState):
+    """The client-side values of the BMF sampler (module docstring): the last sample of U (I x K+), V (J x L+)
+    and W (K+ x L+), the hyperparameters, and the count of retained sweeps with K+ and L+ summed over them."""
+
+    U: np.ndarray
+    V: np.ndarray
+    W: np.ndarray
+    alpha: float
+    lam: float
+    phi: float
+    theta: float
+    retained: int = 0
+    feature_sums: list[int] = field(default_factory=lambda: [0, 0])
+
+    def __post_init__(self) -> None:
+        self.W = np.asarray(self.W, np.float64)
+        self.retained, self.feature_sums = int(self.retained), list(self.feature_sums)
+
+
+class BMFDriver(StatefulDriver):
     """The BMF Gibbs sampler on the engine (module docstring; ``engine.loop.Driver``). ``validation``: an
     entry sample left out of training and scored by ``predictions`` (``engine.selection``)."""
+
+    state_type = BMFState
 
     def __init__(self, config: BMFConfig, source: Source, engine: Engine, validation: EntrySample | None = None,
                  label: str = "bmf"):
@@ -269,12 +292,8 @@ class BMFDriver:
         groups = [range(len(self.row_bounds))] * len(self.col_bounds)
         self.cols = engine.hold(engine.map(column_panel, engine.regroup(panels_of, self.rows, groups),
                                            engine.indices(len(self.col_bounds)), self.col_bounds))
-        self.alpha, self.lam, self.phi, self.theta = config.alpha, config.lam, config.phi, config.theta
-        self.U: list[np.ndarray] = []
-        self.V: list[np.ndarray] = []
-        self.W = np.zeros((0, 0))
-        self.retained = 0
-        self.feature_sums = [0, 0]  # K+ and L+ summed over the retained sweeps
+        self.state = BMFState(np.zeros((data.n_rows, 0), bool), np.zeros((data.n_cols, 0), bool), np.zeros((0, 0)),
+                              config.alpha, config.lam, config.phi, config.theta)
 
     def _check_values(self) -> None:
         """Refuse observed values the observation model cannot take, naming the panel's rows (SPEC 1)."""
@@ -287,39 +306,30 @@ class BMFDriver:
     # -- state --
     @property
     def model(self) -> bmf.Observation:
-        return bmf.Observation(self.config.likelihood, self.theta)
+        return bmf.Observation(self.config.likelihood, self.state.theta)
 
     @property
     def k_plus(self) -> int:
         """Features of U in the current sample."""
-        return self.U[0].shape[1] if self.U else 0
+        return self.state.U.shape[1]
 
     def full(self, side: str) -> np.ndarray:
-        """U (I x K+) or V (J x L+) as one matrix."""
-        return np.vstack(self.U if side == "u" else self.V)
+        """U (I x K+) or V (J x L+)."""
+        return self.state.U if side == "u" else self.state.V
 
-    def global_arrays(self) -> dict:
-        """The last sample, the hyperparameters and the retained sweeps' count and feature sums."""
-        return {"U": self.full("u"), "V": self.full("v"), "W": self.W, "alpha": self.alpha, "lam": self.lam,
-                "phi": self.phi, "theta": self.theta, "retained": self.retained,
-                "feature_sums": list(self.feature_sums)}
-
-    def set_globals(self, arrays: dict) -> None:
-        self.U, self.V = split_rows(arrays["U"], self.row_bounds), split_rows(arrays["V"], self.col_bounds)
-        self.W = np.asarray(arrays["W"], np.float64)
-        self.alpha, self.lam, self.phi, self.theta = (arrays[k] for k in ("alpha", "lam", "phi", "theta"))
-        self.retained = int(arrays["retained"])
-        self.feature_sums = list(arrays["feature_sums"])
+    def panels(self, side: str) -> list[np.ndarray]:
+        """U or V cut into the rows of its panels."""
+        return split_rows(self.full(side), self.row_bounds if side == "u" else self.col_bounds)
 
     def start(self) -> None:
         """U and V from their priors, W from N(w0, 1/phi) (paper section 4.1 initialises from the prior),
         the running sums at zero."""
-        prior_u, prior_v = self.config.priors(self.alpha, self.lam)
+        prior_u, prior_v = self.config.priors(self.state.alpha, self.state.lam)
         U = initial_features(prior_u, self.shape[0], stream(self.config.seed, "bmf-init", 0))
         V = initial_features(prior_v, self.shape[1], stream(self.config.seed, "bmf-init", 1))
         rng = stream(self.config.seed, "bmf-init", 2)
-        self.W = self.config.w0 + rng.standard_normal((U.shape[1], V.shape[1])) / math.sqrt(self.phi)
-        self.U, self.V = split_rows(U, self.row_bounds), split_rows(V, self.col_bounds)
+        self.state.W = self.config.w0 + rng.standard_normal((U.shape[1], V.shape[1])) / math.sqrt(self.state.phi)
+        self.state.U, self.state.V = U, V
         self.engine.keep(PRED, self.engine.map(zero_sums, self.rows))
 
     def total_steps(self) -> int:
@@ -330,64 +340,68 @@ class BMFDriver:
 
     def step(self, step: int) -> dict:
         """One sweep: U panels, V panels, W, hyperparameters; predictions after burn-in."""
+        state, cfg = self.state, self.config
         accepted = 0
         for side in ("u", "v"):
             self._update_side(side, step)
             accepted += self._split_merge(side, step)
-        U_panels = self.engine.from_values(self.U)
+        U_panels = self.engine.from_values(self.panels("u"))
         log_lik, stats = self._update_weights(step, U_panels)
         self._update_hyper(step, stats)
         if stats is not None:  # at the new theta
-            log_lik = bmf.gaussian_log_lik(stats, self.W, self.theta)
-        prior_u, prior_v = self.config.priors(self.alpha, self.lam)
-        U, V = self.full("u"), self.full("v")
+            log_lik = bmf.gaussian_log_lik(stats, state.W, state.theta)
+        prior_u, prior_v = cfg.priors(state.alpha, state.lam)
+        U, V = state.U, state.V
         log_joint = (log_lik + prior_u.log_prob(U) + prior_v.log_prob(V)
-                     + bmf.weight_log_prior(self.W, self.config.w0, self.phi))
-        retained = step >= self.config.burn_in
+                     + bmf.weight_log_prior(state.W, cfg.w0, state.phi))
+        retained = step >= cfg.burn_in
         if retained:
-            self.engine.keep(PRED, self.engine.map(accumulate_task, self.engine.state(PRED), U_panels, self.W, V,
-                                                   self.config.likelihood))
-            self.retained += 1
-            self.feature_sums = [self.feature_sums[0] + U.shape[1], self.feature_sums[1] + V.shape[1]]
+            self.engine.keep(PRED, self.engine.map(accumulate_task, self.engine.state(PRED), U_panels, state.W, V,
+                                                   cfg.likelihood))
+            state.retained += 1
+            state.feature_sums = [state.feature_sums[0] + U.shape[1], state.feature_sums[1] + V.shape[1]]
         return {"k_plus": float(U.shape[1]), "l_plus": float(V.shape[1]), "log_lik": log_lik, "log_joint": log_joint,
-                "phi": self.phi, "theta": self.theta, "alpha": self.alpha, "lam": self.lam,
+                "phi": state.phi, "theta": state.theta, "alpha": state.alpha, "lam": state.lam,
                 "retained": float(retained), "split_merge_accepted": float(accepted)}
 
     def _update_side(self, side: str, step: int) -> None:
         """Designated panel collapsed, then the other panels given pi; empty features dropped (module
         docstring, steps 1-2)."""
         engine, cfg = self.engine, self.config
-        panels, Zs = (self.rows, self.U) if side == "u" else (self.cols, self.V)
-        W_side, other = (self.W, self.full("v")) if side == "u" else (self.W.T, self.full("u"))
-        prior = self.config.priors(self.alpha, self.lam)[0 if side == "u" else 1]
+        panels, Zs = (self.rows if side == "u" else self.cols), self.panels(side)
+        W_side, other = (self.state.W, self.full("v")) if side == "u" else (self.state.W.T, self.full("u"))
+        prior = self.config.priors(self.state.alpha, self.state.lam)[0 if side == "u" else 1]
         star = step % len(Zs)
         key = (cfg.seed, f"bmf-{side}", step)
         counts_rest = sum(Z.sum(axis=0) for Z in Zs) - Zs[star].sum(axis=0)
         [(Z_star, W_side)] = engine.collect(engine.map(collapsed_task, engine.select(panels, [star]), Zs[star], star,
                                                       W_side, other, counts_rest, self.shape[side == "v"], prior,
-                                                      self.model, cfg.w0, self.phi, key, cfg.move_size))
+                                                      self.model, cfg.w0, self.state.phi, key, cfg.move_size))
         width = W_side.shape[0]
         Zs = [Z_star if q == star else np.pad(Z, ((0, 0), (0, width - Z.shape[1]))) for q, Z in enumerate(Zs)]
         Zs = self._conditional_panels(side, step, panels, Zs, star, W_side, other, prior)
         keep = sum(Z.sum(axis=0) for Z in Zs) > 0 if prior.infinite else np.ones(width, bool)
-        Zs, W_side = [Z[:, keep] for Z in Zs], W_side[keep]
+        self._set_side(side, np.vstack([Z[:, keep] for Z in Zs]), W_side[keep])
+
+    def _set_side(self, side: str, Z: np.ndarray, W_side: np.ndarray) -> None:
+        """U and W (``side`` "u"), or V and W^T, to new values."""
         if side == "u":
-            self.U, self.W = Zs, W_side
+            self.state.U, self.state.W = Z, W_side
         else:
-            self.V, self.W = Zs, W_side.T
+            self.state.V, self.state.W = Z, W_side.T
 
     def _split_merge(self, side: str, step: int) -> int:
         """``split_merge`` moves on one side with an IBP prior (``kernels.bmf_split_merge``); returns how many
         were accepted. The pair is drawn here from the whole binary matrix (the driver's); each move is one
         task on the rows of its support, taken from the panels holding them."""
         cfg = self.config
-        prior = cfg.priors(self.alpha, self.lam)[side == "v"]
+        prior = cfg.priors(self.state.alpha, self.state.lam)[side == "v"]
         if cfg.split_merge == 0 or not prior.infinite:
             return 0
         panels, bounds = (self.rows, self.row_bounds) if side == "u" else (self.cols, self.col_bounds)
         Z, other = self.full(side), self.full("v" if side == "u" else "u")
-        W_side = self.W if side == "u" else self.W.T
-        settings = sm.MoveSettings(self.shape[side == "v"], prior, self.model, cfg.w0, self.phi,
+        W_side = self.state.W if side == "u" else self.state.W.T
+        settings = sm.MoveSettings(self.shape[side == "v"], prior, self.model, cfg.w0, self.state.phi,
                                    cfg.split_merge_scans)
         accepted = 0
         for move in range(cfg.split_merge):
@@ -402,10 +416,7 @@ class BMFDriver:
             if ok:
                 Z, W_side = sm.apply_move(Z, W_side, pair, support, columns, W_rows)
                 accepted += 1
-        if side == "u":
-            self.U, self.W = split_rows(Z, bounds), W_side
-        else:
-            self.V, self.W = split_rows(Z, bounds), W_side.T
+        self._set_side(side, Z, W_side)
         return accepted
 
     def _support_rows(self, panels: BlockSet, bounds: list[tuple[int, int]], support: np.ndarray) -> BlockSet:
@@ -442,55 +453,57 @@ class BMFDriver:
 
     def _update_weights(self, step: int, U_panels: BlockSet) -> tuple[float, dict | None]:
         """W | rest (module docstring, step 3); returns the new log likelihood and the Gaussian statistics."""
-        rng = stream(self.config.seed, "bmf-w", step)
+        state, cfg = self.state, self.config
+        rng = stream(cfg.seed, "bmf-w", step)
         V = self.full("v")
-        if self.config.likelihood == "gaussian":
+        if cfg.likelihood == "gaussian":
             stats = self.engine.reduce(self.engine.map(weight_stats_task, self.rows, U_panels, V))
-            if self.W.size:
+            if state.W.size:
                 with single_threaded_blas():  # BLAS threads contend on a shared client
-                    self.W = bmf.sample_gaussian_w(stats, self.theta, self.phi, self.config.w0, *self.W.shape, rng)
-            return bmf.gaussian_log_lik(stats, self.W, self.theta), stats
+                    state.W = bmf.sample_gaussian_w(stats, state.theta, state.phi, cfg.w0, *state.W.shape, rng)
+            return bmf.gaussian_log_lik(stats, state.W, state.theta), stats
         log_lik = partial(self._panel_log_lik, U_panels, V)
-        if self.W.size == 0:
-            return float(log_lik(self.W[None])[0]), None
+        if state.W.size == 0:
+            return float(log_lik(state.W[None])[0]), None
         value = None
-        for _ in range(self.config.ess_steps):
-            self.W, value = bmf.elliptical_slice(self.W, self.config.w0, 1.0 / math.sqrt(self.phi), log_lik, rng,
-                                                 value, self.config.ess_batch)
+        for _ in range(cfg.ess_steps):
+            state.W, value = bmf.elliptical_slice(state.W, cfg.w0, 1.0 / math.sqrt(state.phi), log_lik, rng, value,
+                                                  cfg.ess_batch)
         return value, None
 
     def _update_hyper(self, step: int, stats: dict | None) -> None:
         """phi, theta, alpha, lambda from their conjugate conditionals (module docstring, step 4)."""
-        cfg = self.config
+        state, cfg = self.state, self.config
         if not cfg.learn_hyper:
             return
         rng = stream(cfg.seed, "bmf-hyper", step)
-        self.phi = bmf.sample_phi(self.W, cfg.w0, cfg.hyper_shape, cfg.hyper_rate, rng)
+        state.phi = bmf.sample_phi(state.W, cfg.w0, cfg.hyper_shape, cfg.hyper_rate, rng)
         if stats is not None:
-            self.theta = bmf.sample_theta(bmf.residual_sum_of_squares(stats, self.W), float(stats["n_obs"]),
-                                          cfg.hyper_shape, cfg.hyper_rate, rng)
-        prior_u, prior_v = cfg.priors(self.alpha, self.lam)
+            state.theta = bmf.sample_theta(bmf.residual_sum_of_squares(stats, state.W), float(stats["n_obs"]),
+                                           cfg.hyper_shape, cfg.hyper_rate, rng)
+        prior_u, prior_v = cfg.priors(state.alpha, state.lam)
         if prior_u.infinite:
-            self.alpha = bmf.sample_concentration(prior_u, self.W.shape[0], self.shape[0], cfg.hyper_shape,
-                                                  cfg.hyper_rate, rng)
+            state.alpha = bmf.sample_concentration(prior_u, state.W.shape[0], self.shape[0], cfg.hyper_shape,
+                                                   cfg.hyper_rate, rng)
         if prior_v.infinite:
-            self.lam = bmf.sample_concentration(prior_v, self.W.shape[1], self.shape[1], cfg.hyper_shape,
-                                                cfg.hyper_rate, rng)
+            state.lam = bmf.sample_concentration(prior_v, state.W.shape[1], self.shape[1], cfg.hyper_shape,
+                                                 cfg.hyper_rate, rng)
 
     # -- what a fit gives --
     def _check_retained(self) -> None:
-        if self.retained == 0:
+        if self.state.retained == 0:
             raise UserError("no retained sweeps yet: the run stopped during burn-in (`buffet resume` it)")
 
     def feature_means(self) -> tuple[float, float]:
         """K+ and L+ averaged over the retained sweeps."""
         self._check_retained()
-        return self.feature_sums[0] / self.retained, self.feature_sums[1] / self.retained
+        sums, retained = self.state.feature_sums, self.state.retained
+        return sums[0] / retained, sums[1] / retained
 
     def predictive_mean(self) -> np.ndarray:
         """E[x_ij | X] averaged over the retained sweeps, every entry (I x J)."""
         self._check_retained()
-        return np.vstack(self.engine.collect(self.engine.state(PRED))) / self.retained
+        return np.vstack(self.engine.collect(self.engine.state(PRED))) / self.state.retained
 
     def predictions(self) -> tuple[np.ndarray, np.ndarray]:
         """Posterior predictive means and truths of every target entry (row order): the validation entries
@@ -501,7 +514,7 @@ class BMFDriver:
         engine = self.engine
         targets = engine.generate(target_entries, [(self.source.part(r0, r1), r0, r1, self.split,
                                                     self.validation) for r0, r1 in self.row_bounds])
-        parts = engine.collect(engine.map(target_task, self.rows, engine.state(PRED), targets, self.retained))
+        parts = engine.collect(engine.map(target_task, self.rows, engine.state(PRED), targets, self.state.retained))
         return np.concatenate([p for p, _ in parts]), np.concatenate([t for _, t in parts])
 
 

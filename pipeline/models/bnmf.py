@@ -5,8 +5,7 @@ stochastic updates of q(beta) on the client.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -16,7 +15,7 @@ from buffet.kernels import bnmf
 from buffet.pipeline.engine.engine import BlockSet, Engine
 from buffet.pipeline.engine.seeds import stream
 from buffet.pipeline.engine.settings import inherited_option, option, require_counts
-from buffet.pipeline.models.topics import CLIENT_THREADS, Corpus, TopicModelConfig
+from buffet.pipeline.models.topics import CLIENT_THREADS, Corpus, TopicModelConfig, TopicState
 
 
 @dataclass
@@ -71,26 +70,27 @@ class BNMFConfig(TopicModelConfig):
 @dataclass(frozen=True)
 class BNMF:
     """Bayesian NMF as a ``models.topics.TopicModel``: globals q(beta) as shapes ``g`` and rates ``h``
-    (V x K), local parameters q(theta_d) shapes (named state "theta")."""
+    (V x K), a ``TopicState``; local parameters q(theta_d) shapes (named state "theta")."""
 
     config: BNMFConfig
     hyper: bnmf.Hyper
     local_state = "theta"
     effort = ("mean_sweeps", "sweeps")
+    state_type = TopicState
 
     @classmethod
     def of(cls, config: BNMFConfig, n_words: int) -> "BNMF":
         return cls(config, config.hyper(n_words))
 
-    def initial_globals(self, corpus: Corpus, n_tokens: float, n_docs: int) -> dict[str, Any]:
+    def initial_globals(self, corpus: Corpus, n_tokens: float, n_docs: int) -> TopicState:
         """The prior plus noise scaled to the corpus (SPEC 3.5)."""
         g, h = bnmf.initial_globals(corpus.n_words, self.config.n_topics, n_tokens, n_docs, self.hyper,
                                     stream(self.config.seed, "init"))
-        return {"g": g, "h": h}
+        return TopicState(g, h, docs_seen=0)
 
-    def local_view(self, globals_: dict[str, Any]) -> bnmf.TopicView:
+    def local_view(self, state: TopicState) -> bnmf.TopicView:
         """The topic expectations the local steps sweep with, in the configured precision."""
-        return bnmf.TopicView.from_params(globals_["g"], globals_["h"], dtype=np.dtype(self.config.precision),
+        return bnmf.TopicView.from_params(state.g, state.h, dtype=np.dtype(self.config.precision),
                                           threads=CLIENT_THREADS)
 
     def batch_local(self, rows: CSRRows, a: np.ndarray | None, view: bnmf.TopicView) -> tuple[np.ndarray, dict]:
@@ -104,29 +104,28 @@ class BNMF:
         res = bnmf.local_step(rows.indptr, rows.indices, rows.data, view, self.hyper, self.config.local_settings())
         return {"S": res.S, "theta_sum": res.theta_sum, "docs": float(rows.n_rows), "sweeps": float(res.sweeps.sum())}
 
-    def batch_update(self, engine: Engine, globals_: dict[str, Any], stats: dict, locals_: BlockSet) -> dict:
+    def batch_update(self, engine: Engine, state: TopicState, stats: dict, locals_: BlockSet) -> TopicState:
         """q(beta) from every document's statistics (SPEC 3.5 batch)."""
         g, h = bnmf.batch_update(stats["S"], stats["theta_sum"], self.hyper)
-        return {"g": g, "h": h}
+        return replace(state, g=g, h=h)
 
     def local_elbo(self, rows: CSRRows, a: np.ndarray, view: bnmf.TopicView) -> dict:
         return {"elbo": bnmf.local_elbo(rows.indptr, rows.indices, rows.data, view, self.hyper, a)}
 
-    def objective(self, engine: Engine, rows: BlockSet, locals_: BlockSet, globals_: dict[str, Any]) -> float:
+    def objective(self, engine: Engine, rows: BlockSet, locals_: BlockSet, state: TopicState) -> float:
         """The ELBO at the new globals: the documents' terms, reduced, plus q(beta)'s."""
-        view = engine.share(self.local_view(globals_))
+        view = engine.share(self.local_view(state))
         local = engine.reduce(engine.map(self.local_elbo, rows, locals_, view))["elbo"]
-        return local + bnmf.global_elbo(globals_["g"], globals_["h"], self.hyper)
+        return local + bnmf.global_elbo(state.g, state.h, self.hyper)
 
-    def stochastic_update(self, globals_: dict[str, Any], stats: dict, scale: float, rho: float) -> dict:
+    def stochastic_update(self, state: TopicState, stats: dict, scale: float, rho: float) -> TopicState:
         """q(beta)'s natural-gradient step (eqs. 11.33-11.34)."""
-        g, h = bnmf.stochastic_update(globals_["g"], globals_["h"], stats["S"], stats["theta_sum"], self.hyper,
-                                      scale, rho)
-        return {"g": g, "h": h}
+        g, h = bnmf.stochastic_update(state.g, state.h, stats["S"], stats["theta_sum"], self.hyper, scale, rho)
+        return replace(state, g=g, h=h)
 
-    def eval_view(self, globals_: dict[str, Any]) -> tuple[bnmf.TopicView, np.ndarray]:
+    def eval_view(self, state: TopicState) -> tuple[bnmf.TopicView, np.ndarray]:
         """What document completion reads: the float64 topic view and E[beta]."""
-        return bnmf.TopicView.from_params(globals_["g"], globals_["h"]), globals_["g"] / globals_["h"]
+        return bnmf.TopicView.from_params(state.g, state.h), state.g / state.h
 
     def completion(self, rows: CSRRows, block: int, view: tuple[bnmf.TopicView, np.ndarray]) -> dict:
         """Threefold document completion of a block of held-out documents (SPEC 4)."""

@@ -11,8 +11,7 @@ Newton step of L from the minibatch sums scaled by D/|C_t|. The objective record
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -22,7 +21,7 @@ from buffet.pipeline.engine.dataset import count_blocks, row_ranges
 from buffet.pipeline.engine.engine import BlockSet, Engine
 from buffet.pipeline.engine.seeds import stream
 from buffet.pipeline.engine.settings import option, require_counts, require_positive
-from buffet.pipeline.models.topics import CLIENT_THREADS, Corpus, TopicModelConfig
+from buffet.pipeline.models.topics import CLIENT_THREADS, Corpus, TopicModelConfig, TopicState
 
 Locals = tuple[np.ndarray, np.ndarray]  # a block's (u_d rows, alpha_d)
 
@@ -63,6 +62,14 @@ class CNMFConfig(TopicModelConfig):
         return bnmf.Hyper(c0=base.c0 if self.c0 is None else self.c0, a0=base.a0, b0=base.b0, n_words=n_words)
 
 
+@dataclass
+class CNMFState(TopicState):
+    """The client-side values of a correlated NMF fit: q(beta) and the documents seen (``TopicState``), and
+    the topic locations ``L`` (K x m)."""
+
+    L: np.ndarray
+
+
 @dataclass(frozen=True)
 class CNMF:
     """Correlated NMF as a ``models.topics.TopicModel`` (module docstring)."""
@@ -72,21 +79,22 @@ class CNMF:
     prior: cnmf.Prior
     local_state = "u"
     effort = ("mean_newton_steps", "steps")
+    state_type = CNMFState
 
     @classmethod
     def of(cls, config: CNMFConfig, n_words: int) -> "CNMF":
         return cls(config, config.hyper(n_words), config.prior())
 
-    def initial_globals(self, corpus: Corpus, n_tokens: float, n_docs: int) -> dict[str, Any]:
-        """q(beta) as Bayesian NMF starts it, and topic locations drawn from their prior."""
+    def initial_globals(self, corpus: Corpus, n_tokens: float, n_docs: int) -> CNMFState:
+        """q(beta) as Bayesian NMF starts it, and topic locations drawn from their prior; no documents seen."""
         g, h = bnmf.initial_globals(corpus.n_words, self.config.n_topics, n_tokens, n_docs, self.hyper,
                                     stream(self.config.seed, "init"))
-        return {"g": g, "h": h, "L": cnmf.initial_topics(self.config.n_topics, self.prior,
-                                                         stream(self.config.seed, "locations"))}
+        return CNMFState(g, h, docs_seen=0, L=cnmf.initial_topics(self.config.n_topics, self.prior,
+                                                                   stream(self.config.seed, "locations")))
 
-    def local_view(self, globals_: dict[str, Any]) -> tuple[bnmf.TopicView, np.ndarray]:
+    def local_view(self, state: CNMFState) -> tuple[bnmf.TopicView, np.ndarray]:
         """What the local steps read: the expectations of q(beta) (eq. 11.24) and L."""
-        return bnmf.TopicView.from_params(globals_["g"], globals_["h"], threads=CLIENT_THREADS), globals_["L"]
+        return bnmf.TopicView.from_params(state.g, state.h, threads=CLIENT_THREADS), state.L
 
     def batch_local(self, rows: CSRRows, last: Locals | None, view: tuple) -> tuple[Locals, dict]:
         """(u_d, alpha_d) of a block warm-started from its last u_d, with the block's statistics."""
@@ -105,38 +113,37 @@ class CNMF:
         u, alpha = local
         return {"sums": cnmf.candidate_exp_sums(u, alpha, L, direction)}
 
-    def batch_update(self, engine: Engine, globals_: dict[str, Any], stats: dict, locals_: BlockSet) -> dict:
+    def batch_update(self, engine: Engine, state: CNMFState, stats: dict, locals_: BlockSet) -> CNMFState:
         """q(beta) (eqs. 11.25, 11.27), then one Newton step per l_k with a line search (eq. 11.35) whose
         candidate sums are reduced over the blocks."""
         g, h = bnmf.batch_update(stats["S"], stats["w_sum"], self.hyper)
-        L = globals_["L"]
+        L = state.L
         beta_sum = (g / h).sum(axis=0)
         direction, grad = cnmf.topic_direction(L, stats, beta_sum, self.prior)
         sums = engine.reduce(engine.map(self.exp_sums, locals_, L, direction))["sums"]
-        return {"g": g, "h": h, "L": cnmf.batch_topic_step(L, stats, direction, grad, sums, beta_sum, self.prior)}
+        return replace(state, g=g, h=h, L=cnmf.batch_topic_step(L, stats, direction, grad, sums, beta_sum, self.prior))
 
     def local_objective(self, rows: CSRRows, local: Locals, view: tuple) -> dict:
         topics, L = view
         return {"objective": cnmf.local_objective(rows.indptr, rows.indices, rows.data, topics, L, local[0])}
 
-    def objective(self, engine: Engine, rows: BlockSet, locals_: BlockSet, globals_: dict[str, Any]) -> float:
+    def objective(self, engine: Engine, rows: BlockSet, locals_: BlockSet, state: CNMFState) -> float:
         """F at the new globals: the documents' terms, reduced, plus the priors of L and q(beta)'s terms."""
-        view = engine.share(self.local_view(globals_))
+        view = engine.share(self.local_view(state))
         local = engine.reduce(engine.map(self.local_objective, rows, locals_, view))["objective"]
-        return (local + cnmf.topic_prior(globals_["L"], self.prior)
-                + bnmf.global_elbo(globals_["g"], globals_["h"], self.hyper))
+        return local + cnmf.topic_prior(state.L, self.prior) + bnmf.global_elbo(state.g, state.h, self.hyper)
 
-    def stochastic_update(self, globals_: dict[str, Any], stats: dict, scale: float, rho: float) -> dict:
+    def stochastic_update(self, state: CNMFState, stats: dict, scale: float, rho: float) -> CNMFState:
         """The natural-gradient step of q(beta) (eqs. 11.33-11.34) and the Newton step of L (eq. 11.35),
         both from the globals the minibatch saw."""
-        g, h = globals_["g"], globals_["h"]
-        L = cnmf.stochastic_topic_step(globals_["L"], stats, (g / h).sum(axis=0), self.prior, scale, rho)
+        g, h = state.g, state.h
+        L = cnmf.stochastic_topic_step(state.L, stats, (g / h).sum(axis=0), self.prior, scale, rho)
         g, h = bnmf.stochastic_update(g, h, stats["S"], stats["w_sum"], self.hyper, scale, rho)
-        return {"g": g, "h": h, "L": L}
+        return replace(state, g=g, h=h, L=L)
 
-    def eval_view(self, globals_: dict[str, Any]) -> tuple:
+    def eval_view(self, state: CNMFState) -> tuple:
         """What document completion reads: the topic view, E[beta] and L."""
-        return bnmf.TopicView.from_params(globals_["g"], globals_["h"]), globals_["g"] / globals_["h"], globals_["L"]
+        return bnmf.TopicView.from_params(state.g, state.h), state.g / state.h, state.L
 
     def completion(self, rows: CSRRows, block: int, view: tuple) -> dict:
         """Threefold document completion of a block of held-out documents (SPEC 4)."""
@@ -151,9 +158,9 @@ class CNMF:
         return cnmf.local_step(rows.indptr, rows.indices, rows.data, topics, L, self.config.local_settings(),
                                with_stats=False).u
 
-    def locations(self, engine: Engine, corpus: Corpus, globals_: dict[str, Any]) -> np.ndarray:
+    def locations(self, engine: Engine, corpus: Corpus, state: CNMFState) -> np.ndarray:
         """u_d of every document of the dataset (held-out ones too), in row order."""
         rows = count_blocks(engine, corpus.source, row_ranges(corpus.n_rows, self.config.chunk_rows),
                             np.zeros(0, dtype=np.int64))
-        parts = engine.collect(engine.map(self.location, rows, engine.share(self.local_view(globals_))))
+        parts = engine.collect(engine.map(self.location, rows, engine.share(self.local_view(state))))
         return np.concatenate(parts, axis=0)

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Mapping
 
 import numpy as np
 
@@ -32,6 +32,7 @@ from buffet.pipeline.engine.seeds import stream
 from buffet.pipeline.engine.settings import checkpoint_option, option, require_counts, require_positive
 from buffet.pipeline.models.ibp_data import read_dense_rows
 from buffet.pipeline.models.noisy_or import NOISY_OR_HELP, noisy_or_params
+from buffet.pipeline.models.state import DriverState, StatefulDriver
 
 CHAINS = "chains"  # the named state: one Chain per block
 
@@ -195,15 +196,28 @@ def chain_sums(chain: Chain) -> ibp_summary.Summary:
 
 # ----- the driver -----
 
-class GibbsDriver:
+@dataclass
+class GibbsState(DriverState):
+    """The client-side values of the Gibbs chains: only the number of sweeps done (the chains are the named
+    state ``CHAINS``)."""
+
+    sweeps_done: int = 0
+
+    def __post_init__(self) -> None:
+        self.sweeps_done = int(self.sweeps_done)
+
+
+class GibbsDriver(StatefulDriver):
     """Parallel independent Gibbs chains (module docstring; the Driver protocol of ``engine.loop``)."""
+
+    state_type = GibbsState
 
     def __init__(self, config: GibbsConfig, source: Source, engine: Engine, label: str = "gibbs"):
         config.check()
         self.config, self.source, self.engine, self.label = config, source, engine, label
         self.rows = read_dense_rows(source, config.BINARY)
         self.data = engine.share(self.rows)
-        self.sweeps_done = 0
+        self.state = GibbsState()
 
     def start(self) -> None:
         """Every chain at its start: no features, the configured hyperparameters."""
@@ -216,12 +230,9 @@ class GibbsDriver:
     def finished(self, step: int, trace: list[dict]) -> bool:
         return step >= self.config.sweeps
 
-    def global_arrays(self) -> dict:
-        return {"sweeps_done": self.sweeps_done}
-
-    def set_globals(self, arrays: dict) -> None:
+    def set_globals(self, arrays: Mapping[str, Any]) -> None:
         """The globals of a checkpoint; the rows are shared again, in case the worker that held them was lost."""
-        self.sweeps_done = int(arrays["sweeps_done"])
+        super().set_globals(arrays)
         self.data = self.engine.share(self.rows)
 
     def step(self, step: int) -> dict:
@@ -231,7 +242,7 @@ class GibbsDriver:
                                                   engine.indices(self.config.chains)), 2)
         engine.keep(CHAINS, chains)
         records = engine.collect(records)
-        self.sweeps_done = step + 1
+        self.state.sweeps_done = step + 1
         record = {"retained": float(step >= self.config.burn_sweeps)}
         for key in records[0]:
             values = [r[key] for r in records]
@@ -246,7 +257,7 @@ class GibbsDriver:
     def posterior(self) -> dict[str, np.ndarray]:
         """The posterior expectations of the retained sweeps of all chains (``ibp_summary.finalise``),
         their sums tree-reduced in chain order."""
-        if self.sweeps_done < self.config.sweeps:
+        if self.state.sweeps_done < self.config.sweeps:
             raise UserError("the Gibbs sampler has not finished its sweeps yet (resume the run)")
         sums = self.engine.map(chain_sums, self.engine.state(CHAINS))
         return ibp_summary.finalise(self.engine.reduce(sums, ibp_summary.merge))

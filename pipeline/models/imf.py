@@ -19,12 +19,13 @@ planted data is a blend of several true ones, and later growth steps never split
 Every row update first takes the row's best exchange of two features' q(z) (``kernels.imf.swap_rows``),
 a move coordinate ascent cannot make between similar features.
 
-State (issue #11): q(z) is the named per-block state "nu". The search keeps up to three saved
-states (``SAVED_STATES``): "best", the best converged state so far; "base", the converged state a
-growth step started from; "leader", the best candidate of the growth step. Each is its evidence,
-column posteriors and statistics in the driver's globals plus its q(z) as the named state
-"<name>_nu", dropped when the state is no longer needed. The search exists once: the in-memory
-reference (``fit_to_end``) is this driver on an in-process engine over in-memory rows.
+State (issue #11): q(z) is the named per-block state "nu"; the driver's client-side values are one
+``IMFState``. The search keeps up to three saved states: "best", the best converged state so far;
+"base", the converged state a growth step started from; "leader", the best candidate of the growth
+step. Each is its evidence, column posteriors and statistics in the ``IMFState`` plus its q(z) as the
+named state "<name>_nu", dropped when the state is no longer needed. The search itself is one loop
+(``IMFDriver._search_loop``) that waits at each run for the alternation to converge. The search exists
+once: the in-memory reference (``fit_to_end``) is this driver on an in-process engine over in-memory rows.
 
 With ``offset_reg`` set (an extension of the paper's model, ``kernels.imf.remove_offsets``), row
 and column offsets are fitted first by alternating ridge updates (row offsets on the blocks,
@@ -36,7 +37,8 @@ keeping them as state.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Any, Generator, Mapping
 
 import numpy as np
 
@@ -52,10 +54,10 @@ from buffet.pipeline.engine.loop import Position, run_loop
 from buffet.pipeline.engine.selection import Candidate
 from buffet.pipeline.engine.settings import (SelectionSettings, checkpoint_option, option, require_counts,
                                              require_positive, split_option)
+from buffet.pipeline.models.state import DriverState, StatefulDriver
 
 CAP_CHOICES = (2, 4, 8)  # caps on K+ tried below max_k when settings are chosen on validation
 DEFAULT_OFFSET_REG = 1.0  # ridge strength of the offsets candidate when offset_reg is not given
-SAVED_STATES = ("best", "base", "leader")  # search states kept besides the current one (module docstring)
 OFFSET_SWEEPS = 20  # alternations of row and column offsets (ridge ALS converges in a few)
 ICA_STEPS = 200  # most FastICA steps of a restart (it converges in a few on planted features)
 ICA_TOL = 1e-8  # FastICA has converged when every unmixing row moves by at most this (1 - |w_new . w_old|)
@@ -231,15 +233,91 @@ def predict_task(target: tuple[np.ndarray, np.ndarray], nu: np.ndarray, row_off:
 
 # ----- the driver -----
 
-# The driver's client-side values (its globals, ``engine.loop``): the column posteriors and statistics of
-# the current state, the saved search states, and where the search is.
-GLOBALS = ("post", "stats", *SAVED_STATES, "history", "previous", "iter_in_k", "failures", "done", "directions",
-           "candidate")
+@dataclass
+class Converged:
+    """A state of the search kept for later (module docstring): its evidence, column posteriors and
+    statistics; its q(z) is the named state "<name>_nu"."""
+
+    evidence: float
+    post: dict
+    stats: dict
 
 
-class IMFDriver:
+@dataclass
+class Growth:
+    """A growth step under way: the converged state it started from, its residual directions (D, directions),
+    the candidate under way (``IMFDriver._n_candidates``) and the best candidate so far."""
+
+    base: Converged
+    directions: np.ndarray
+    candidate: int = 0
+    leader: Converged | None = None
+
+
+@dataclass
+class IMFState(DriverState):
+    """The client-side values of the K+ search (module docstring): the current column posteriors and statistics,
+    the evidence at every converged K+, the best converged state, the growth step under way, and where the
+    alternation at the current K+ is.
+
+    A checkpoint holds them under the names the search has always used (``to_arrays``): the saved states
+    "best", "base" and "leader" as dicts of evidence, column posteriors and statistics ("base" empty and
+    "leader" holding only the evidence -inf between growth steps), the growth step's ``directions`` (None
+    between steps) and ``candidate``."""
+
+    post: dict = field(default_factory=dict)
+    stats: dict = field(default_factory=dict)
+    history: list[tuple[int, float]] = field(default_factory=list)
+    best: Converged | None = None
+    growth: Growth | None = None
+    previous: float = -np.inf
+    iter_in_k: int = 0
+    failures: int = 0
+    done: bool = False
+
+    @property
+    def best_evidence(self) -> float:
+        """L of the best converged state; -inf before the first K+ has converged."""
+        return -np.inf if self.best is None else self.best.evidence
+
+    def to_arrays(self) -> dict[str, Any]:
+        growth = self.growth
+        return {"post": self.post, "stats": self.stats, "best": saved_dict(self.best),
+                "base": {} if growth is None else saved_dict(growth.base),
+                "leader": saved_dict(None if growth is None else growth.leader), "history": self.history,
+                "previous": self.previous, "iter_in_k": self.iter_in_k, "failures": self.failures, "done": self.done,
+                "directions": None if growth is None else growth.directions,
+                "candidate": 0 if growth is None else growth.candidate}
+
+    @classmethod
+    def from_arrays(cls, arrays: Mapping[str, Any]) -> "IMFState":
+        growth = None
+        if arrays["base"]:
+            growth = Growth(saved_from(arrays["base"]), arrays["directions"], int(arrays["candidate"]),
+                            saved_from(arrays["leader"]))
+        return cls(post=arrays["post"], stats=arrays["stats"], history=list(arrays["history"]),
+                   best=saved_from(arrays["best"]), growth=growth, previous=float(arrays["previous"]),
+                   iter_in_k=int(arrays["iter_in_k"]), failures=int(arrays["failures"]), done=bool(arrays["done"]))
+
+
+def saved_dict(saved: Converged | None) -> dict:
+    """A saved state as a checkpoint holds it: a dict of its evidence, column posteriors and statistics, or
+    only the evidence -inf for none."""
+    if saved is None:
+        return {"evidence": -np.inf}
+    return {"evidence": saved.evidence, "post": saved.post, "stats": saved.stats}
+
+
+def saved_from(saved: dict) -> Converged | None:
+    """The saved state a checkpoint's dict holds (``saved_dict``), or None."""
+    return Converged(saved["evidence"], saved["post"], saved["stats"]) if "post" in saved else None
+
+
+class IMFDriver(StatefulDriver):
     """IMF/INMF with the K+ search on an engine (module docstring; ``engine.loop.Driver``). With
     ``validation``, those entries are left out of training and ``predictions`` scores them."""
+
+    state_type = IMFState
 
     def __init__(self, config: IMFConfig, source: Source, engine: Engine, validation: EntrySample | None = None):
         config.check()
@@ -257,22 +335,12 @@ class IMFDriver:
             self.row_off, self.col_off = self._fit_offsets(rows, config.offset_reg)
             rows = engine.map(centre_task, rows, self.row_off, self.col_off)
         self.blocks = engine.hold(rows)
-        self.post: dict = {}
-        self.stats: dict = {}
-        self.best: dict = {"evidence": -np.inf}
-        self.base: dict = {}  # empty unless a growth step is under way
-        self.leader: dict = {"evidence": -np.inf}
-        self.history: list[tuple[int, float]] = []
-        self.previous = -np.inf
-        self.iter_in_k = 0
-        self.failures = 0
-        self.done = False
-        self.directions: np.ndarray | None = None  # (D, candidates) residual directions of this growth
-        self.candidate = 0
+        self.state = IMFState()
+        self._search: Generator[None, float, None] | None = None  # ``_search_loop`` at the run under way
 
     @property
     def k_plus(self) -> int:
-        return int(self.post["m"].shape[1])
+        return int(self.state.post["m"].shape[1])
 
     def _fit_offsets(self, rows: BlockSet, reg: float) -> tuple[BlockSet, np.ndarray]:
         """Row offsets (per block) and column offsets by alternating ridge updates. The column offsets go
@@ -297,147 +365,165 @@ class IMFDriver:
     def start(self, nu: np.ndarray | None = None) -> None:
         """The K+ = 0 state (no features), or q(z) started at ``nu`` (N x K0, e.g. from a known Z) with the
         K+ = 0 column posteriors given K0 new features."""
-        engine = self.engine
+        engine, state = self.engine, self.state
         engine.keep("nu", engine.map(empty_nu_task, self.blocks))
-        self.stats = self._reduce_stats()
-        self.post = self.model.initial_post(self.stats, self.hyper)
+        state.stats = self._reduce_stats()
+        state.post = self.model.initial_post(state.stats, self.hyper)
         if nu is not None:
             engine.keep("nu", engine.from_values([np.asarray(nu[r0:r1], dtype=np.float64) for r0, r1 in self.ranges]))
-            self.stats = self._reduce_stats()
+            state.stats = self._reduce_stats()
             for _ in range(nu.shape[1]):
-                self.post = self.model.add_feature(self.post, self.hyper)
+                state.post = self.model.add_feature(state.post, self.hyper)
 
-    def global_arrays(self) -> dict:
-        return {name: getattr(self, name) for name in GLOBALS}
-
-    def set_globals(self, arrays: dict) -> None:
-        for name in GLOBALS:
-            setattr(self, name, arrays[name])
+    def set_globals(self, arrays: Mapping[str, Any]) -> None:
+        """The values of a checkpoint; the search goes on from the run they are in (``_search_loop``)."""
+        super().set_globals(arrays)
+        self._search = None
 
     def total_steps(self) -> int | None:
         return None
 
     def finished(self, step: int, trace: list[dict]) -> bool:
-        return self.done
+        return self.state.done
 
     def step(self, step: int) -> dict:
-        engine = self.engine
-        self.post = self.model.column_update(self.stats, self.hyper, self.post)
-        nu, stats = engine.split(engine.map(row_task, self.blocks, engine.state("nu"), engine.share(self.post)), 2)
+        """One alternation at the current K+; once L has settled, the K+ search takes it (``_search_loop``)."""
+        engine, state = self.engine, self.state
+        state.post = self.model.column_update(state.stats, self.hyper, state.post)
+        nu, stats = engine.split(engine.map(row_task, self.blocks, engine.state("nu"), engine.share(state.post)), 2)
         engine.keep("nu", nu)
-        self.stats = engine.reduce(stats)
+        state.stats = engine.reduce(stats)
         self._prune()
-        evidence = self.model.evidence(self.stats, self.post, self.hyper)
-        self.iter_in_k += 1
+        evidence = self.model.evidence(state.stats, state.post, self.hyper)
+        state.iter_in_k += 1
         record = {"k_plus": self.k_plus, "evidence": evidence}
-        if abs(evidence - self.previous) <= self.config.tol * abs(evidence) or self.iter_in_k >= self.config.max_iter:
+        if abs(evidence - state.previous) <= self.config.tol * abs(evidence) or state.iter_in_k >= self.config.max_iter:
             record["converged_k"] = self.k_plus
-            self._settle(evidence)
+            self._settled(evidence)
         else:
-            self.previous = evidence
+            state.previous = evidence
         return record
 
     def _prune(self) -> None:
-        keep = imf.keep_features(self.stats["sum_nu"], self.config.prune_below)
+        state = self.state
+        keep = imf.keep_features(state.stats["sum_nu"], self.config.prune_below)
         if keep.all():
             return
         self.engine.keep("nu", self.engine.map(select_task, self.engine.state("nu"), keep))
-        self.post = imf.select_features(self.post, keep, self.model.feature_axes)
-        self.stats = self._reduce_stats()
-        self.post = self.model.column_update(self.stats, self.hyper, self.post)
-        self.previous = -np.inf
+        state.post = imf.select_features(state.post, keep, self.model.feature_axes)
+        state.stats = self._reduce_stats()
+        state.post = self.model.column_update(state.stats, self.hyper, state.post)
+        state.previous = -np.inf
 
     # -- saved search states --
-    def _save(self, name: str, evidence: float) -> None:
-        """Keep the current state as the saved state ``name`` (module docstring)."""
-        setattr(self, name, {"evidence": evidence, "post": self.post, "stats": self.stats})
+    def _save(self, name: str, evidence: float) -> Converged:
+        """The current state with its L, its q(z) kept as the named state "<name>_nu" (module docstring)."""
         self.engine.keep(f"{name}_nu", self.engine.state("nu"))
+        return Converged(evidence, self.state.post, self.state.stats)
 
-    def _load(self, name: str) -> None:
-        """Make the saved state ``name`` current."""
-        state = getattr(self, name)
-        self.post, self.stats = state["post"], state["stats"]
+    def _load(self, name: str, saved: Converged) -> None:
+        """Make the saved state ``saved``, kept under ``name``, current."""
+        self.state.post, self.state.stats = saved.post, saved.stats
         self.engine.keep("nu", self.engine.state(f"{name}_nu"))
 
     def adopt_best(self) -> None:
         """Make the best converged state current (SPEC 3.1 keeps the K+ with the best L): what a run
         stopped part-way reports, since a stop during growth leaves q(z) one column ahead of q(A). A
         finished search has made it current already."""
-        if "post" in self.best and not self.done:
-            self._load("best")
+        if self.state.best is not None and not self.state.done:
+            self._load("best", self.state.best)
 
     # -- the K+ search --
-    def _settle(self, evidence: float) -> None:
-        """The alternation has converged (SPEC 3.1, choosing K+). During growth: go on with the next
-        candidate, or take the best candidate as the new K+. Then keep the state if it is the best
-        so far, and grow or stop."""
-        grew = True
-        if self.base:
-            if self._beats(evidence, self.leader["evidence"]):
-                self._save("leader", evidence)
-            self.candidate += 1
-            if self.candidate < self._n_candidates() and self._start_candidate():
-                return
-            evidence, base_k = self.leader["evidence"], self.base["post"]["m"].shape[1]
-            self._load("leader")
-            grew = self.k_plus > base_k  # every candidate's new feature pruned away: growing again repeats this
-            self._end_growth()
-        self.history.append((self.k_plus, evidence))
-        if evidence > self.best["evidence"]:
-            self._save("best", evidence)
-            self.failures = 0
-        else:
-            self.failures += 1
-        if not grew or self.failures >= self.config.patience or self.k_plus >= self.config.max_k:
-            self._load("best")
-            self.engine.drop("best_nu")
-            self.done = True
-        else:
-            self._grow()
+    def _settled(self, evidence: float) -> None:
+        """Hand the settled L of the run under way to the search, which goes on to start the next run or ends."""
+        if self._search is None:
+            self._search = self._search_loop()
+            next(self._search)
+        try:
+            self._search.send(evidence)
+        except StopIteration:
+            self._search = None
 
-    def _beats(self, evidence: float, leader: float) -> bool:
+    def _search_loop(self) -> Generator[None, float, None]:
+        """The K+ search (module docstring). Each ``yield`` waits for the run just started to
+        converge: ``step`` alternates until L settles and sends it here. Everything the loop needs after a
+        yield is in ``self.state``, so a restored search enters the loop again at the run under way, the start
+        or a growth step's candidate."""
+        state, config = self.state, self.config
+        if state.growth is None:
+            evidence, grew = (yield), True  # the start converges
+        else:
+            evidence, grew = yield from self._grow_on()
+        while True:
+            state.history.append((self.k_plus, evidence))
+            if evidence > state.best_evidence:
+                state.best, state.failures = self._save("best", evidence), 0
+            else:
+                state.failures += 1
+            if not grew or state.failures >= config.patience or self.k_plus >= config.max_k:
+                break
+            self._start_growth()
+            evidence, grew = yield from self._grow_on()
+        self._load("best", state.best)
+        self.engine.drop("best_nu")
+        state.done = True
+
+    def _grow_on(self) -> Generator[None, float, tuple[float, bool]]:
+        """The growth step under way, from its candidate under way: each candidate converges in turn and the
+        leader becomes the state at the new K+. Its L and whether K+ grew: when every candidate's new feature
+        was pruned away, growing again would repeat this step."""
+        growth = self.state.growth
+        while True:
+            evidence = yield  # the candidate under way converges
+            if self._beats(evidence, growth.leader):
+                growth.leader = self._save("leader", evidence)
+            growth.candidate += 1
+            if growth.candidate >= self._n_candidates(growth) or not self._start_candidate(growth):
+                break
+        self._load("leader", growth.leader)
+        self.state.growth = None
+        self.engine.drop("base_nu")
+        self.engine.drop("leader_nu")
+        return growth.leader.evidence, self.k_plus > growth.base.post["m"].shape[1]
+
+    def _beats(self, evidence: float, leader: Converged | None) -> bool:
         """Whether a growth candidate's converged L beats the leader's by more than the convergence tolerance
         (tol |L|): candidates that reach one optimum (the restart often reaches a direction's, features
         reordered) differ by rounding only, and the earlier one stays, on any chunking."""
-        return leader == -np.inf or evidence > leader + self.config.tol * abs(leader)
+        return leader is None or evidence > leader.evidence + self.config.tol * abs(leader.evidence)
 
-    def _end_growth(self) -> None:
-        self.base, self.leader, self.directions = {}, {"evidence": -np.inf}, None
-        self.engine.drop("base_nu")
-        self.engine.drop("leader_nu")
-
-    def _grow(self) -> None:
-        """Residual directions of the converged state from reduced Gram sums; start the first candidate."""
+    def _start_growth(self) -> None:
+        """A growth step from the converged state: residual directions from reduced Gram sums, and its first
+        candidate started."""
         engine = self.engine
-        m = engine.share(self.post["m"])
+        m = engine.share(self.state.post["m"])
         sums = engine.reduce(engine.map(residual_stats_task, self.blocks, engine.state("nu"), m))
         count = min(self.config.n_candidates, sums["gram"].shape[0])
-        self.directions = imf.residual_directions(sums["gram"], sums["col_sum"], sums["n_rows"], count)
-        self._save("base", -np.inf)
-        self.candidate = 0
-        self._start_candidate()
+        directions = imf.residual_directions(sums["gram"], sums["col_sum"], sums["n_rows"], count)
+        self.state.growth = Growth(self._save("base", -np.inf), directions)
+        self._start_candidate(self.state.growth)
 
-    def _n_candidates(self) -> int:
-        """Candidates of this growth step: one per residual direction, then the ICA restart when it is on and
-        the new K+ is at most the number of columns."""
-        d, k = self.base["post"]["m"].shape
-        return self.directions.shape[1] + int(self.config.restart and k + 1 <= d)
+    def _n_candidates(self, growth: Growth) -> int:
+        """Candidates of a growth step: one per residual direction, then the ICA restart when it is on and the
+        new K+ is at most the number of columns."""
+        d, k = growth.base.post["m"].shape
+        return growth.directions.shape[1] + int(self.config.restart and k + 1 <= d)
 
-    def _start_candidate(self) -> bool:
-        """From the base state, one more q(z) column split from the projections on the current direction, or
+    def _start_candidate(self, growth: Growth) -> bool:
+        """From the base state, one more q(z) column split from the projections on the candidate's direction, or
         the restart (``_start_restart``) after the last direction. False if the candidate cannot start."""
-        engine = self.engine
-        self._load("base")
-        if self.candidate == self.directions.shape[1]:
+        engine, state = self.engine, self.state
+        self._load("base", growth.base)
+        if growth.candidate == growth.directions.shape[1]:
             return self._start_restart()
         nu = engine.state("nu")
-        direction = self.directions[:, self.candidate]
-        projections = engine.hold(engine.map(project_task, self.blocks, nu, engine.share(self.post["m"]), direction))
+        direction = growth.directions[:, growth.candidate]
+        projections = engine.hold(engine.map(project_task, self.blocks, nu, engine.share(state.post["m"]), direction))
         sign, threshold = imf.orient_and_split(np.concatenate(engine.collect(projections)))
         engine.keep("nu", engine.map(extend_task, nu, projections, sign, threshold))
-        self.post = self.model.add_feature(self.post, self.hyper)
-        self.stats = self._reduce_stats()
-        self.previous, self.iter_in_k = -np.inf, 0
+        state.post = self.model.add_feature(state.post, self.hyper)
+        state.stats = self._reduce_stats()
+        state.previous, state.iter_in_k = -np.inf, 0
         return True
 
     def _start_restart(self) -> bool:
@@ -445,7 +531,7 @@ class IMFDriver:
         column posteriors of a fresh start (``start``); the alternation then runs as for any candidate. False
         (no restart) when the ICA does not converge: features used by half the rows are not skewed, and
         without a fixed point the unmixing would depend on rounding, so on the chunking."""
-        engine = self.engine
+        engine, state = self.engine, self.state
         k = self.k_plus + 1
         data_sums = engine.reduce(engine.map(data_stats_task, self.blocks))
         mean, white = imf.whitening(data_sums, k)
@@ -457,11 +543,11 @@ class IMFDriver:
         signs, thresholds = imf.binary_sources(np.concatenate(engine.collect(sources)))
         engine.keep("nu", engine.map(binary_nu_task, sources, signs, thresholds))
         empty = engine.map(empty_nu_task, self.blocks)
-        self.post = self.model.initial_post(engine.reduce(engine.map(stats_task, self.blocks, empty)), self.hyper)
+        state.post = self.model.initial_post(engine.reduce(engine.map(stats_task, self.blocks, empty)), self.hyper)
         for _ in range(k):
-            self.post = self.model.add_feature(self.post, self.hyper)
-        self.stats = self._reduce_stats()
-        self.previous, self.iter_in_k = -np.inf, 0
+            state.post = self.model.add_feature(state.post, self.hyper)
+        state.stats = self._reduce_stats()
+        state.previous, state.iter_in_k = -np.inf, 0
         return True
 
     def _ica(self, whitened: BlockSet, n_rows: float, k: int) -> np.ndarray | None:
@@ -494,7 +580,7 @@ class IMFDriver:
         targets = engine.generate(target_rows, [(self.source.part(r0, r1), r0, r1, self.split,
                                                  self.validation) for r0, r1 in self.ranges])
         parts = engine.collect(engine.map(predict_task, targets, engine.state("nu"), self.row_off,
-                                         engine.share(self.post["m"]), engine.share(self.col_off)))
+                                         engine.share(self.state.post["m"]), engine.share(self.col_off)))
         return np.concatenate([p for p, _ in parts]), np.concatenate([t for _, t in parts])
 
 

@@ -30,7 +30,7 @@ tree-reduced in block order.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import ClassVar
+from typing import Any, ClassVar, Mapping
 
 import numpy as np
 
@@ -50,6 +50,7 @@ from buffet.pipeline.engine.seeds import stream
 from buffet.pipeline.engine.settings import checkpoint_option, option, require_counts, require_positive
 from buffet.pipeline.models.ibp_data import read_dense_rows
 from buffet.pipeline.models.noisy_or import NOISY_OR_HELP, noisy_or_params
+from buffet.pipeline.models.state import DriverState, StatefulDriver
 
 PARTICLES = "particles"  # the named state: the blocks of particles
 MOVES_HELP = ("Resample-move: after each resampling, every particle's Z is re-drawn on this many past rows picked at "
@@ -233,8 +234,24 @@ def resampling_plan(ancestors: np.ndarray, bounds: np.ndarray) -> tuple[list[lis
 
 # ----- the driver -----
 
-class ParticleDriver:
+@dataclass
+class ParticleState(DriverState):
+    """The client-side values of the particle filter: the particles' weights (P,), the log-evidence estimate
+    and the number of rows done (the particles are the named state ``PARTICLES``)."""
+
+    weights: np.ndarray
+    log_evidence: float = 0.0
+    rows_done: int = 0
+
+    def __post_init__(self) -> None:
+        self.weights = np.asarray(self.weights, np.float64)
+        self.log_evidence, self.rows_done = float(self.log_evidence), int(self.rows_done)
+
+
+class ParticleDriver(StatefulDriver):
     """The distributed particle filter (module docstring; the Driver protocol of ``engine.loop``)."""
+
+    state_type = ParticleState
 
     def __init__(self, config: ParticleConfig, source: Source, engine: Engine, label: str = "pf"):
         config.check()
@@ -244,9 +261,7 @@ class ParticleDriver:
         self.data = engine.share(self.rows)
         self.bounds = block_bounds(config.particles, config.blocks)
         self.uniforms = stream(config.seed, "resample").random(self.n_rows)
-        self.weights = np.full(config.particles, 1.0 / config.particles)
-        self.log_evidence = 0.0
-        self.rows_done = 0
+        self.state = ParticleState(np.full(config.particles, 1.0 / config.particles))
 
     @property
     def n_blocks(self) -> int:
@@ -275,14 +290,9 @@ class ParticleDriver:
     def finished(self, step: int, trace: list[dict]) -> bool:
         return step >= self.n_rows
 
-    def global_arrays(self) -> dict:
-        return {"weights": self.weights, "log_evidence": self.log_evidence, "rows_done": self.rows_done}
-
-    def set_globals(self, arrays: dict) -> None:
+    def set_globals(self, arrays: Mapping[str, Any]) -> None:
         """The globals of a checkpoint; the rows are shared again, in case the worker that held them was lost."""
-        self.weights = np.asarray(arrays["weights"], np.float64)
-        self.log_evidence = float(arrays["log_evidence"])
-        self.rows_done = int(arrays["rows_done"])
+        super().set_globals(arrays)
         self.data = self.engine.share(self.rows)
 
     def step(self, step: int) -> dict:
@@ -292,12 +302,13 @@ class ParticleDriver:
                                                   step, engine.indices(self.n_blocks)), 2)
         log_w, k_plus = (np.concatenate(parts) for parts in zip(*engine.collect(weighed)))
         with np.errstate(divide="ignore"):
-            log_prior = np.log(self.weights)
+            log_prior = np.log(self.state.weights)
         weights, log_mean = normalise_log_weights(log_prior + log_w)
-        self.log_evidence += log_mean + np.log(weights.size)    # log sum_l W_l p(x_i, z_il | past) / q
+        # log sum_l W_l p(x_i, z_il | past) / q
+        log_evidence = self.state.log_evidence + log_mean + np.log(weights.size)
         ess = effective_sample_size(weights)
         resample = step + 1 < self.n_rows and ess < self.config.ess_threshold * weights.size
-        record = {"ess": ess, "k_plus": float(weights @ k_plus), "log_evidence": self.log_evidence,
+        record = {"ess": ess, "k_plus": float(weights @ k_plus), "log_evidence": log_evidence,
                   "resampled": float(resample)}
         if resample:
             groups, picks = resampling_plan(systematic_resample(weights, float(self.uniforms[step])), self.bounds)
@@ -306,13 +317,14 @@ class ParticleDriver:
                 blocks = engine.map(move_task, self.config, blocks, self.data, step, engine.indices(self.n_blocks))
             weights = np.full(weights.size, 1.0 / weights.size)
         engine.keep(PARTICLES, blocks)
-        self.weights, self.rows_done = weights, step + 1
+        self.state = ParticleState(weights, log_evidence, step + 1)
         return record
 
     def posterior(self) -> dict[str, np.ndarray]:
         """The filter's posterior expectations after every row (``ibp_summary.finalise``)."""
-        if self.rows_done < self.n_rows:
+        if self.state.rows_done < self.n_rows:
             raise UserError("the particle filter has not processed every row yet (resume the run)")
-        weights = self.engine.from_values([self.weights[lo:hi] for lo, hi in zip(self.bounds[:-1], self.bounds[1:])])
+        parts = [self.state.weights[lo:hi] for lo, hi in zip(self.bounds[:-1], self.bounds[1:])]
+        weights = self.engine.from_values(parts)
         sums = self.engine.map(summary_task, self.config, self.engine.state(PARTICLES), weights)
         return ibp_summary.finalise(self.engine.reduce(sums, ibp_summary.merge))

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, Mapping, Protocol
 
 import numpy as np
 
@@ -32,6 +32,7 @@ from buffet.pipeline.engine.engine import BlockSet, Engine
 from buffet.pipeline.engine.seeds import stream
 from buffet.pipeline.engine.settings import (checkpoint_option, option, require_counts, require_positive,
                                              split_option)
+from buffet.pipeline.models.state import DriverState, StatefulDriver
 
 EVAL_BLOCK_ROWS = 500  # held-out documents per scoring block
 CLIENT_THREADS = min(os.cpu_count() or 1, 4)  # threads for the client's topic view, while the workers wait
@@ -125,22 +126,36 @@ def corpus_from_source(data: str | MemoryRows | Source, split: str | None, model
     return Corpus(source, src.n_rows, src.n_cols, held, total, vocab)
 
 
+@dataclass
+class TopicState(DriverState):
+    """The client-side values of a topic model's fit: q(beta) as shapes ``g`` and rates ``h`` (V x K), and
+    the documents the fit has seen. A model whose globals hold more derives its own (``models.cnmf.CNMFState``)."""
+
+    g: np.ndarray
+    h: np.ndarray
+    docs_seen: int
+
+    def __post_init__(self) -> None:
+        self.docs_seen = int(self.docs_seen)
+
+
 class TopicModel(Protocol):
-    """A Poisson topic model: its globals, local step, statistics and updates (module docstring). Its
-    methods that take blocks run on the workers; the others on the client."""
+    """A Poisson topic model: its globals (a ``state_type``), local step, statistics and updates (module
+    docstring). Its methods that take blocks run on the workers; the others on the client."""
 
     config: TopicModelConfig
     local_state: str           # the name of the documents' local parameters in batch mode
     effort: tuple[str, str]    # (trace key, statistic) of the local steps' work per document
+    state_type: type[TopicState]
 
-    def initial_globals(self, corpus: Corpus, n_tokens: float, n_docs: int) -> dict[str, Any]: ...
-    def local_view(self, globals_: dict[str, Any]) -> Any: ...
+    def initial_globals(self, corpus: Corpus, n_tokens: float, n_docs: int) -> TopicState: ...
+    def local_view(self, state: TopicState) -> Any: ...
     def batch_local(self, rows: CSRRows, local: Any, view: Any) -> tuple[Any, dict]: ...
     def svi_local(self, rows: CSRRows, view: Any) -> dict: ...
-    def batch_update(self, engine: Engine, globals_: dict[str, Any], stats: dict, locals_: BlockSet) -> dict: ...
-    def objective(self, engine: Engine, rows: BlockSet, locals_: BlockSet, globals_: dict[str, Any]) -> float: ...
-    def stochastic_update(self, globals_: dict[str, Any], stats: dict, scale: float, rho: float) -> dict: ...
-    def eval_view(self, globals_: dict[str, Any]) -> Any: ...
+    def batch_update(self, engine: Engine, state: TopicState, stats: dict, locals_: BlockSet) -> TopicState: ...
+    def objective(self, engine: Engine, rows: BlockSet, locals_: BlockSet, state: TopicState) -> float: ...
+    def stochastic_update(self, state: TopicState, stats: dict, scale: float, rho: float) -> TopicState: ...
+    def eval_view(self, state: TopicState) -> Any: ...
     def completion(self, rows: CSRRows, block: int, view: Any) -> dict: ...
 
 
@@ -149,15 +164,17 @@ def no_local(rows: CSRRows) -> None:
     return None
 
 
-class TopicDriver:
-    """Batch VB or SVI of a topic model on the engine (module docstring; ``engine.loop.Driver``)."""
+class TopicDriver(StatefulDriver):
+    """Batch VB or SVI of a topic model on the engine (module docstring; ``engine.loop.Driver``). Its
+    ``state`` (of the model's ``state_type``) exists from ``start`` or ``set_globals`` on."""
+
+    state: TopicState
 
     def __init__(self, model: TopicModel, corpus: Corpus, engine: Engine, label: str):
         model.config.check()
         self.model, self.corpus, self.engine, self.label = model, corpus, engine, label
         self.config = model.config
-        self.globals: dict[str, Any] = {}
-        self.docs_seen = 0
+        self.state_type = model.state_type
         self.minibatches = row_ranges(corpus.n_rows, self.config.batch_size)
         # batch VB keeps every block on the workers; SVI reads each minibatch's blocks when it needs them
         self.rows = engine.hold(count_blocks(engine, corpus.source, row_ranges(corpus.n_rows, self.config.chunk_rows),
@@ -182,18 +199,13 @@ class TopicDriver:
     def start(self, n_tokens: float | None = None, n_docs: int | None = None) -> None:
         """Initial globals for a corpus of ``n_docs`` documents and ``n_tokens`` tokens (default: this
         corpus's training documents; the estimators' ``partial_fit`` passes the streamed corpus's size)."""
-        self.globals = self.model.initial_globals(self.corpus, self.corpus.n_tokens if n_tokens is None else n_tokens,
-                                                  self.corpus.n_train if n_docs is None else n_docs)
+        self.state = self.model.initial_globals(self.corpus, self.corpus.n_tokens if n_tokens is None else n_tokens,
+                                                self.corpus.n_train if n_docs is None else n_docs)
         if self.config.mode == "batch":
             self.engine.keep(self.model.local_state, self.engine.map(no_local, self.rows))
 
-    def global_arrays(self) -> dict[str, Any]:
-        return {**self.globals, "docs_seen": self.docs_seen}
-
-    def set_globals(self, arrays: dict[str, Any]) -> None:
-        values = dict(arrays)
-        self.docs_seen = int(values.pop("docs_seen"))
-        self.globals = values
+    def set_globals(self, arrays: Mapping[str, Any]) -> None:
+        super().set_globals(arrays)
         self._prefetched = None
 
     def total_steps(self) -> int:
@@ -224,16 +236,16 @@ class TopicDriver:
     # -- batch VB --
     def _batch_step(self) -> dict:
         engine, model = self.engine, self.model
-        view = engine.share(model.local_view(self.globals))
+        view = engine.share(model.local_view(self.state))
         results = engine.map(model.batch_local, self.rows, engine.state(model.local_state), view)
         locals_, stats = engine.split(results, 2)
         engine.keep(model.local_state, locals_)
         stats = engine.reduce(stats)
-        self.globals = model.batch_update(engine, self.globals, stats, locals_)
-        elbo = model.objective(engine, self.rows, locals_, self.globals)
-        self.docs_seen += self.corpus.n_train
+        self.state = model.batch_update(engine, self.state, stats, locals_)
+        elbo = model.objective(engine, self.rows, locals_, self.state)
+        self.state.docs_seen += self.corpus.n_train
         record_key, stat_key = model.effort
-        return {"elbo": elbo, "docs_seen": self.docs_seen, record_key: stats[stat_key] / self.corpus.n_train}
+        return {"elbo": elbo, "docs_seen": self.state.docs_seen, record_key: stats[stat_key] / self.corpus.n_train}
 
     # -- SVI --
     def _minibatch(self, step: int) -> BlockSet:
@@ -254,7 +266,7 @@ class TopicDriver:
             if step + 1 < self.total_steps() else None
         stats, rho = self.svi_update(blocks, step, self.corpus.n_train)
         record_key, stat_key = self.model.effort
-        return {"pass": step // len(self.minibatches) + 1, "docs_seen": self.docs_seen, "rho": rho,
+        return {"pass": step // len(self.minibatches) + 1, "docs_seen": self.state.docs_seen, "rho": rho,
                 record_key: stats[stat_key] / max(stats["docs"], 1.0)}
 
     def svi_update(self, blocks: BlockSet, step: int, n_docs: float) -> tuple[dict, float]:
@@ -262,12 +274,12 @@ class TopicDriver:
         on the workers, then the natural-gradient update of the globals with the minibatch sums scaled
         by n_docs / |batch| (eqs. 11.33-11.35). The one update path of ``fit`` and of the estimators'
         ``partial_fit``. Returns the reduced statistics and the step size."""
-        view = self.engine.share(self.model.local_view(self.globals))
+        view = self.engine.share(self.model.local_view(self.state))
         stats = self.engine.reduce(self.engine.map(self.model.svi_local, blocks, view))
         rho = bnmf.step_size(step, self.config.t0, self.config.kappa)
         if stats["docs"] > 0:
-            self.globals = self.model.stochastic_update(self.globals, stats, n_docs / stats["docs"], rho)
-        self.docs_seen += int(stats["docs"])
+            self.state = self.model.stochastic_update(self.state, stats, n_docs / stats["docs"], rho)
+        self.state.docs_seen += int(stats["docs"])
         return stats, rho
 
     # -- evaluation --
@@ -275,6 +287,6 @@ class TopicDriver:
         """Per-word held-out log likelihood by threefold document completion (SPEC 4), of the documents
         scored while fitting or of ``every_document`` of the split."""
         rows = self._eval_blocks(None) if every_document else self.eval_rows
-        view = self.engine.share(self.model.eval_view(self.globals))
+        view = self.engine.share(self.model.eval_view(self.state))
         total = self.engine.reduce(self.engine.map(self.model.completion, rows, self.engine.indices(rows.n), view))
         return total["ll"] / max(total["tokens"], 1.0)

@@ -8,14 +8,15 @@ best so far, and the next restart draws a new q(z). q(z) starts at nu_ik uniform
 by a hash of (restart key, row, feature) (``data.splits.entry_uniforms``), so any chunking of the rows
 draws the same start; the key of restart r comes from ``seeds.stream(seed, purpose, r)``.
 
-State: q(z) is the named per-block state "nu"; the best finished restart is "best" in the driver's
-globals (its bound, column posteriors and statistics) plus its q(z) as the named state "best_nu",
-dropped when the last restart is done and the best state is made current.
+State: q(z) is the named per-block state "nu"; the driver's client-side values are one ``VFMFState``.
+The best finished restart is its ``best`` (its bound, column posteriors and statistics) plus its q(z)
+as the named state "best_nu", dropped when the last restart is done and the best state is made current.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Any, Mapping
 
 import numpy as np
 
@@ -29,7 +30,8 @@ from buffet.pipeline.engine.process_executor import ProcessEngine
 from buffet.pipeline.engine.loop import Position, run_loop
 from buffet.pipeline.engine.seeds import stream
 from buffet.pipeline.engine.settings import checkpoint_option, option, require_counts, require_positive, split_option
-from buffet.pipeline.models.imf import no_offsets_task, predict_task, target_rows
+from buffet.pipeline.models.imf import Converged, no_offsets_task, predict_task, saved_dict, saved_from, target_rows
+from buffet.pipeline.models.state import DriverState, StatefulDriver
 
 USED_ROWS = 0.5  # a feature counts as used when sum_i nu_ik is at least this (IMF's default pruning threshold)
 
@@ -93,11 +95,34 @@ def restart_key(seed: int, purpose: str, restart: int) -> int:
 
 # ----- the driver -----
 
-GLOBALS = ("post", "stats", "best", "history", "restart", "previous", "iter_in_restart", "done")
+@dataclass
+class VFMFState(DriverState):
+    """The client-side values of a VFMF/TVIMF fit: the current column posteriors and statistics, the best
+    finished restart (None before one), the (restart, converged bound) of every finished restart, and where
+    the alternation of the current restart is. A checkpoint holds the best restart as IMF holds its saved
+    states (``models.imf.saved_dict``)."""
+
+    post: dict = field(default_factory=dict)
+    stats: dict = field(default_factory=dict)
+    best: Converged | None = None
+    history: list[tuple[int, float]] = field(default_factory=list)
+    restart: int = 0
+    previous: float = -np.inf
+    iter_in_restart: int = 0
+    done: bool = False
+
+    def to_arrays(self) -> dict[str, Any]:
+        return {**super().to_arrays(), "best": saved_dict(self.best)}
+
+    @classmethod
+    def from_arrays(cls, arrays: Mapping[str, Any]) -> "VFMFState":
+        return super().from_arrays({**arrays, "best": saved_from(arrays["best"])})
 
 
-class VariationalDriver:
+class VariationalDriver(StatefulDriver):
     """VFMF/TVIMF with random restarts on an engine (module docstring; ``engine.loop.Driver``)."""
+
+    state_type = VFMFState
 
     def __init__(self, config: VFMFConfig, source: Source, engine: Engine):
         config.check()
@@ -111,92 +136,79 @@ class VariationalDriver:
         self.label = self.prior.name
         self.ranges = row_ranges(ds.n_rows, config.chunk_rows)
         self.blocks = engine.hold(dense_blocks(engine, source, self.ranges, self.split))
-        self.post: dict = {}
-        self.stats: dict = {}
-        self.best: dict = {"evidence": -np.inf}
-        self.history: list[tuple[int, float]] = []  # (restart, converged bound) of every finished restart
-        self.restart = 0
-        self.previous = -np.inf
-        self.iter_in_restart = 0
-        self.done = False
+        self.state = VFMFState()
 
     # -- the driver contract --
     def start(self) -> None:
         self._start_restart()
 
-    def global_arrays(self) -> dict:
-        return {name: getattr(self, name) for name in GLOBALS}
-
-    def set_globals(self, arrays: dict) -> None:
-        for name in GLOBALS:
-            setattr(self, name, arrays[name])
-
     def total_steps(self) -> int | None:
         return None
 
     def finished(self, step: int, trace: list[dict]) -> bool:
-        return self.done
+        return self.state.done
 
     def step(self, step: int) -> dict:
-        engine = self.engine
-        self.post = vfmf.column_update(self.stats, self.hyper, self.post, self.prior)
-        nu, stats = engine.split(engine.map(row_task, self.blocks, engine.state("nu"), engine.share(self.post),
+        engine, state = self.engine, self.state
+        state.post = vfmf.column_update(state.stats, self.hyper, state.post, self.prior)
+        nu, stats = engine.split(engine.map(row_task, self.blocks, engine.state("nu"), engine.share(state.post),
                                             self.prior.name), 2)
         engine.keep("nu", nu)
-        self.stats = engine.reduce(stats)
+        state.stats = engine.reduce(stats)
         bound = self.bound()
-        self.iter_in_restart += 1
-        record = {"restart": self.restart + 1, "evidence": bound, "k_used": self.k_used}
-        if abs(bound - self.previous) <= self.config.tol * abs(bound) or self.iter_in_restart >= self.config.max_iter:
-            record["converged_restart"] = self.restart + 1
+        state.iter_in_restart += 1
+        record = {"restart": state.restart + 1, "evidence": bound, "k_used": self.k_used}
+        if abs(bound - state.previous) <= self.config.tol * abs(bound) or state.iter_in_restart >= self.config.max_iter:
+            record["converged_restart"] = state.restart + 1
             self._settle(bound)
         else:
-            self.previous = bound
+            state.previous = bound
         return record
 
     # -- restarts --
     def _start_restart(self) -> None:
         """A new random q(z) for the current restart and the column posteriors that go with it."""
-        engine, t = self.engine, self.config.truncation
-        key = restart_key(self.config.seed, f"{self.label}-init", self.restart)
+        engine, state, t = self.engine, self.state, self.config.truncation
+        key = restart_key(self.config.seed, f"{self.label}-init", state.restart)
         engine.keep("nu", engine.generate(initial_nu_task, [(key, r0, r1, t) for r0, r1 in self.ranges]))
-        self.stats = engine.reduce(engine.map(stats_task, self.blocks, engine.state("nu")))
-        self.post = vfmf.initial_post(self.stats, self.hyper, self.prior)
-        self.previous, self.iter_in_restart = -np.inf, 0
+        state.stats = engine.reduce(engine.map(stats_task, self.blocks, engine.state("nu")))
+        state.post = vfmf.initial_post(state.stats, self.hyper, self.prior)
+        state.previous, state.iter_in_restart = -np.inf, 0
 
     def _settle(self, bound: float) -> None:
         """The restart has converged: keep it if it is the best so far, then start the next or finish."""
-        self.history.append((self.restart + 1, bound))
-        if bound > self.best["evidence"]:
-            self.best = {"evidence": bound, "post": self.post, "stats": self.stats}
+        state = self.state
+        state.history.append((state.restart + 1, bound))
+        if state.best is None or bound > state.best.evidence:
+            state.best = Converged(bound, state.post, state.stats)
             self.engine.keep("best_nu", self.engine.state("nu"))
-        self.restart += 1
-        if self.restart < self.config.restarts:
+        state.restart += 1
+        if state.restart < self.config.restarts:
             self._start_restart()
             return
         self._load_best()
         self.engine.drop("best_nu")
-        self.done = True
+        state.done = True
 
     def _load_best(self) -> None:
-        self.post, self.stats = self.best["post"], self.best["stats"]
+        self.state.post, self.state.stats = self.state.best.post, self.state.best.stats
         self.engine.keep("nu", self.engine.state("best_nu"))
 
     def adopt_best(self) -> None:
         """Make the best finished restart current, if a stopped run has one (a finished run has made it
         current already; a run stopped in its first restart reports where it is)."""
-        if "post" in self.best and not self.done:
+        if self.state.best is not None and not self.state.done:
             self._load_best()
 
     # -- results --
     @property
     def k_used(self) -> int:
         """Features with sum_i nu_ik >= ``USED_ROWS``."""
-        return int(imf.keep_features(self.stats["sum_nu"], USED_ROWS).sum())
+        return int(imf.keep_features(self.state.stats["sum_nu"], USED_ROWS).sum())
 
     def bound(self) -> float:
         """The bound of the current state."""
-        return vfmf.evidence(self.stats, self.post, self.hyper, self.prior)
+        return vfmf.evidence(self.state.stats, self.state.post, self.hyper, self.prior)
 
     def expected_z(self) -> np.ndarray:
         """E[Z] (N x T) of the current state, rows in order."""
@@ -211,7 +223,7 @@ class VariationalDriver:
                                                 for r0, r1 in self.ranges])
         zeros = engine.map(no_offsets_task, self.blocks)
         parts = engine.collect(engine.map(predict_task, targets, engine.state("nu"), zeros,
-                                         engine.share(self.post["m"]), np.zeros(self.post["m"].shape[0])))
+                                         engine.share(self.state.post["m"]), np.zeros(self.state.post["m"].shape[0])))
         return np.concatenate([p for p, _ in parts]), np.concatenate([t for _, t in parts])
 
 

@@ -35,7 +35,7 @@ def evaluate(driver: BMFDriver, run: RunStore) -> dict:
     the posterior predictive mean on its entries (SPEC 4)."""
     k_mean, l_mean = driver.feature_means()
     out = {"likelihood": driver.config.likelihood, "k_plus": int(driver.k_plus), "l_plus": int(driver.full("v").shape[1]),
-           "k_plus_mean": k_mean, "l_plus_mean": l_mean, "retained_sweeps": driver.retained}
+           "k_plus_mean": k_mean, "l_plus_mean": l_mean, "retained_sweeps": driver.state.retained}
     if driver.split:
         predicted, truth = driver.predictions()
         out["heldout_entries"] = int(truth.size)
@@ -45,7 +45,8 @@ def evaluate(driver: BMFDriver, run: RunStore) -> dict:
 
 def export(driver: BMFDriver, run: RunStore) -> dict[str, np.ndarray]:
     """The last sample's U, V, W and the posterior predictive mean of every entry."""
-    return {"U": driver.full("u"), "V": driver.full("v"), "W": driver.W, "predictive_mean": driver.predictive_mean()}
+    return {"U": driver.full("u"), "V": driver.full("v"), "W": driver.state.W,
+            "predictive_mean": driver.predictive_mean()}
 
 
 def _features_trace(trace: list[dict], path: Path) -> Path:

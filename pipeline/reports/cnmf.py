@@ -33,21 +33,21 @@ def correlated_pairs(corr: np.ndarray, n: int = 10) -> list[tuple[int, int, floa
 def export(driver: TopicDriver, run: RunStore) -> dict[str, np.ndarray]:
     """Bayesian NMF's arrays, L and the topic correlations, and u_d of every document of the dataset
     with the fitted globals (rows in dataset order, for nearest-neighbour retrieval)."""
-    L = driver.globals["L"]
+    L = driver.state.L
     return {**topics.export(driver), "L": L, "correlation": cnmf.correlation(L),
-            "u": driver.model.locations(driver.engine, driver.corpus, driver.globals)}
+            "u": driver.model.locations(driver.engine, driver.corpus, driver.state)}
 
 
 def figures(driver: TopicDriver, run: RunStore, trace: list[dict], out_dir: Path) -> list[Path]:
     return topics.figures(driver, trace, out_dir) + [
-        plots.correlation_map(cnmf.correlation(driver.globals["L"]), out_dir / "correlation.png")]
+        plots.correlation_map(cnmf.correlation(driver.state.L), out_dir / "correlation.png")]
 
 
 def summary(driver: TopicDriver, run: RunStore, trace: list[dict]) -> list[str]:
     config = driver.config
     lines = topics.summary(driver, trace, f"topics: {config.n_topics}, latent dimensions: {config.n_dims}, "
                                           f"mode: {config.mode}, batch size: {config.batch_size}")
-    pairs = correlated_pairs(cnmf.correlation(driver.globals["L"]))
+    pairs = correlated_pairs(cnmf.correlation(driver.state.L))
     return lines + ["", "## Most correlated topic pairs", ""] + [f"- topics {i} and {j}: {c:+.3f}" for i, j, c in pairs]
 
 

@@ -50,7 +50,7 @@ def evaluate(driver: IBPDriver, run: RunStore) -> dict:
     out = {"k_plus": float(post["k_plus_mean"]), "k_plus_map": int(post["A_mean"].shape[0]),
            "map_class_prob": float(post["map_class_prob"])}
     if isinstance(driver, ParticleDriver):
-        out["log_evidence"] = float(driver.log_evidence)
+        out["log_evidence"] = float(driver.state.log_evidence)
     truth = true_z(run.meta["dataset"])
     if truth is not None:
         out["zzt_error"] = zzt_error(post["zzt"], truth)

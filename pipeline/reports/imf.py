@@ -47,23 +47,23 @@ def heldout_metrics(driver: Any) -> dict:
 def evaluate(driver: IMFDriver, run: RunStore) -> dict:
     """Learned K+, its evidence and the held-out metrics of the stored split (``heldout_metrics``)."""
     driver = _best(driver)
-    return {"k_plus": driver.k_plus, "evidence": float(driver.best["evidence"]), **heldout_metrics(driver)}
+    return {"k_plus": driver.k_plus, "evidence": float(driver.state.best_evidence), **heldout_metrics(driver)}
 
 
 def export(driver: IMFDriver, run: RunStore) -> dict[str, np.ndarray]:
     """Posterior means of A (K+ x D), its covariances, q(pi), E[eta_X], E[Z] (N x K+) and the evidence by K+."""
     driver = _best(driver)
-    post = driver.post
+    post = driver.state.post
     return {"A_mean": post["m"].T, "A_cov": post["V"], "pi_t1": post["t1"], "pi_t2": post["t2"],
-            "Z_mean": driver.expected_z(), "evidence_by_k": np.array(driver.history).reshape(-1, 2),
+            "Z_mean": driver.expected_z(), "evidence_by_k": np.array(driver.state.history).reshape(-1, 2),
             "eta_x_mean": np.float64(post["ax"] / post["bx"])}
 
 
 def figures(driver: IMFDriver, run: RunStore, trace: list[dict], out_dir: Path) -> list[Path]:
     """Evidence against K+, the learned bases (as images when D is a square), feature usage."""
     driver = _best(driver)
-    return [plots.evidence_by_k(np.array(driver.history).reshape(-1, 2), out_dir / "evidence_by_k.png"),
-            plots.bases(driver.post["m"].T, out_dir / "bases.png"),
+    return [plots.evidence_by_k(np.array(driver.state.history).reshape(-1, 2), out_dir / "evidence_by_k.png"),
+            plots.bases(driver.state.post["m"].T, out_dir / "bases.png"),
             plots.feature_usage(driver.expected_z().mean(axis=0), out_dir / "feature_usage.png")]
 
 
@@ -71,7 +71,7 @@ def summary(driver: IMFDriver, run: RunStore, trace: list[dict]) -> list[str]:
     """The learned K+ and the evidence of every K+ the search reached."""
     driver = _best(driver)
     return [f"- learned K+: {driver.k_plus}", "", "| K+ | evidence |", "| --- | --- |",
-            *[f"| {int(k)} | {ev:.4f} |" for k, ev in driver.history]]
+            *[f"| {int(k)} | {ev:.4f} |" for k, ev in driver.state.history]]
 
 
 SUMMARIES = {

@@ -33,18 +33,18 @@ def evaluate(driver: VariationalDriver, run: RunStore) -> dict:
     """The truncation, the features used, the bound, the restarts finished and the held-out metrics."""
     driver = _best(driver)
     return {"truncation": driver.config.truncation, "k_used": driver.k_used, "evidence": driver.bound(),
-            "restarts_done": len(driver.history), **heldout_metrics(driver)}
+            "restarts_done": len(driver.state.history), **heldout_metrics(driver)}
 
 
 def export(driver: VariationalDriver, run: RunStore) -> dict[str, np.ndarray]:
     """Posterior means of A (T x D) and its covariances, q(pi) or q(v) as (tau1, tau2), E[pi], E[Z] (N x T,
     the nu_ik), E[eta_X], the bound of every finished restart, and for TVIMF the auxiliary q_k(y)."""
     driver = _best(driver)
-    post = driver.post
+    post = driver.state.post
     arrays = {"A_mean": post["m"].T, "A_cov": post["V"], "tau1": post["t1"], "tau2": post["t2"],
               "pi_mean": driver.prior.pi_means(post), "Z_mean": driver.expected_z(),
               "eta_x_mean": np.float64(post["ax"] / post["bx"]),
-              "bound_by_restart": np.array(driver.history, dtype=np.float64).reshape(-1, 2)}
+              "bound_by_restart": np.array(driver.state.history, dtype=np.float64).reshape(-1, 2)}
     if "qy" in post:
         arrays["qy"] = post["qy"]
     return arrays
@@ -54,7 +54,7 @@ def figures(driver: VariationalDriver, run: RunStore, trace: list[dict], out_dir
     """The bound against the step (every restart), the bases (as images when D is a square), feature usage."""
     driver = _best(driver)
     return [plots.metric_curve(trace, "step", "evidence", "step", "bound", out_dir / "bound.png"),
-            plots.bases(driver.post["m"].T, out_dir / "bases.png"),
+            plots.bases(driver.state.post["m"].T, out_dir / "bases.png"),
             plots.feature_usage(driver.expected_z().mean(axis=0), out_dir / "feature_usage.png")]
 
 
@@ -62,7 +62,7 @@ def summary(driver: VariationalDriver, run: RunStore, trace: list[dict]) -> list
     """The truncation, the features used and the bound of every finished restart."""
     driver = _best(driver)
     return [f"- truncation T: {driver.config.truncation}, features used: {driver.k_used}", "",
-            "| restart | bound |", "| --- | --- |", *[f"| {int(r)} | {b:.4f} |" for r, b in driver.history]]
+            "| restart | bound |", "| --- | --- |", *[f"| {int(r)} | {b:.4f} |" for r, b in driver.state.history]]
 
 
 SUMMARIES = {

@@ -1,0 +1,43 @@
+"""A model driver's client-side values as one typed object, and the two methods through which the engine's
+fit loop checkpoints and restores them (``engine.loop.Driver``'s ``global_arrays``/``set_globals``).
+
+A driver keeps everything a checkpoint must hold besides its named block states in ``self.state``, a
+dataclass derived from ``DriverState``. The checkpoint holds the state's fields under their names
+(``engine.codec`` flattens the values: arrays, numbers, lists, dicts), so a field keeps its name for as
+long as checkpoints written under that name should restore.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+from typing import Any, Mapping, TypeVar
+
+State = TypeVar("State", bound="DriverState")
+
+
+@dataclass
+class DriverState:
+    """The base of a driver's state: its checkpoint values are its fields, by name."""
+
+    def to_arrays(self) -> dict[str, Any]:
+        """The values a checkpoint holds, by name."""
+        return {field.name: getattr(self, field.name) for field in fields(self)}
+
+    @classmethod
+    def from_arrays(cls: type[State], arrays: Mapping[str, Any]) -> State:
+        """The state ``to_arrays`` gave (names ``arrays`` holds besides the fields are ignored)."""
+        return cls(**{field.name: arrays[field.name] for field in fields(cls)})
+
+
+class StatefulDriver:
+    """``global_arrays`` and ``set_globals`` of a driver whose client-side values are ``self.state``, of the
+    class ``state_type``."""
+
+    state_type: type[DriverState]
+    state: DriverState
+
+    def global_arrays(self) -> dict[str, Any]:
+        return self.state.to_arrays()
+
+    def set_globals(self, arrays: Mapping[str, Any]) -> None:
+        self.state = self.state_type.from_arrays(arrays)
