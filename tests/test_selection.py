@@ -14,8 +14,10 @@ from buffet.pipeline.engine.dataset import source_of
 from buffet.pipeline.engine.process_executor import ProcessEngine
 from buffet.pipeline.engine.runs import fit_run, resume_run
 from buffet.pipeline.engine.runstore import RunStore
-from buffet.pipeline.engine.selection import one_standard_error_choice
-from buffet.pipeline.models.imf import IMFConfig
+from buffet.pipeline.engine.selection import (candidate_record, choose_on_validation, fit_fold,
+                                              one_standard_error_choice, validation_folds)
+from buffet.pipeline.models.imf import IMFConfig, structural_candidates
+from buffet.pipeline.registry import spec_for
 from buffet.pipeline.reports.outputs import evaluate_run, export_run
 
 from helpers import buffet
@@ -119,3 +121,29 @@ def test_cli_fit_evaluate_and_report_show_the_choice(tmp_path):
     buffet("report", tmp_path / "run", "--out", tmp_path / "report")
     summary = (tmp_path / "report" / "summary.md").read_text()
     assert "## Settings chosen on validation" in summary and f"| {result['selected']} (chosen) |" in summary
+
+
+class CountingEngine(ProcessEngine):
+    """The in-process executor, counting the validation fits it is given."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.fits = 0
+
+    def batch(self, fn, args):
+        self.fits += len(args)
+        return [fn(*a) for a in args]
+
+
+def test_a_cap_the_search_never_met_is_not_fitted_again(tmp_path):
+    """A candidate that only lowers the cap on K+ copies the fit of the highest cap in the folds whose search
+    stayed below it: the record is the one fitting every candidate gives, with fewer fits."""
+    source = write(planted_binary(2), tmp_path / "x.zarr", None)
+    config = IMFConfig(select="validation", max_k=20, n_candidates=1, chunk_rows=16, tol=1e-3, max_iter=60)
+    candidates = structural_candidates(config)
+    engine = CountingEngine()
+    _, record = choose_on_validation(candidates, spec_for("imf").make_driver, config, source, engine)
+    every = [candidate_record(c, [fit_fold(c.config(config), spec_for("imf").make_driver, source, fold, "binary")
+                                  for fold in validation_folds(config)]) for c in candidates]
+    assert record["candidates"] == every
+    assert engine.fits < len(candidates) * config.validation_folds

@@ -40,10 +40,17 @@ class Candidate:
 
     label: str
     settings: dict
+    cap: str | None = None  # the setting among ``settings`` that caps K+, where the search stops growing
 
     def config(self, base: Any) -> Any:
         """``base`` with this candidate's settings."""
         return dataclasses.replace(base, **self.settings)
+
+    def same_but_cap(self, other: "Candidate") -> bool:
+        """Whether ``other`` differs from this candidate in its cap on K+ alone."""
+        rest = {k: v for k, v in self.settings.items() if k != self.cap}
+        return self.cap is not None and other.cap == self.cap and \
+            rest == {k: v for k, v in other.settings.items() if k != other.cap}
 
 
 def wants_validation(config: Any, source: Source) -> bool:
@@ -79,14 +86,26 @@ def choose_on_validation(candidates: list[Candidate], make_driver: DriverFactory
     entries, score its predictions of them, and return the config of the candidate chosen by the
     one-standard-error rule on the mean scores (``one_standard_error_choice``), with the record of the
     choice. The fits are independent jobs of ``engine.batch``: side by side on this machine's cores, or as
-    tasks of the cluster."""
+    tasks of the cluster. A candidate that only lowers a cap on K+ is fitted after the one with the highest
+    cap (``widest``), and only in the folds where that fit's K+ reached the lower cap: elsewhere the search
+    never met the cap, so the fit would be the same one."""
     folds = validation_folds(config)
     kind = source.open().kind
-    log.info("validation: %d candidates x %d folds, %d fits (%s)", len(candidates), len(folds),
-             len(candidates) * len(folds), "in this process" if engine.kind == "process" else "as cluster tasks")
-    jobs = [(candidate.config(config), make_driver, source, fold, kind) for candidate in candidates for fold in folds]
-    results = engine.batch(fit_fold, jobs)
-    scored = [candidate_record(candidate, results[i * len(folds):(i + 1) * len(folds)])
+    widest = [widest_cap(candidates, i) for i in range(len(candidates))]
+    log.info("validation: %d candidates x %d folds (%s)", len(candidates), len(folds),
+             "in this process" if engine.kind == "process" else "as cluster tasks")
+    results: dict[tuple[int, int], FoldResult] = {}
+    for stage in (lambda i: widest[i] is None, lambda i: widest[i] is not None):
+        todo = [(i, f) for i in range(len(candidates)) for f in range(len(folds)) if stage(i)
+                and not _same_fit(candidates[i], results.get((widest[i], f)) if widest[i] is not None else None)]
+        done = engine.batch(fit_fold, [(candidates[i].config(config), make_driver, source, folds[f], kind)
+                                       for i, f in todo])
+        results.update(zip(todo, done))
+        for i in range(len(candidates)):
+            for f in range(len(folds)):
+                if stage(i) and (i, f) not in results:
+                    results[i, f] = results[widest[i], f]
+    scored = [candidate_record(candidate, [results[i, f] for f in range(len(folds))])
               for i, candidate in enumerate(candidates)]
     for i, record in enumerate(scored):
         log.info("validation %d/%d: %s  %s=%.4f  K+=%s", i + 1, len(candidates), record["label"], record["metric"],
@@ -97,6 +116,23 @@ def choose_on_validation(candidates: list[Candidate], make_driver: DriverFactory
               "candidates": scored, "chosen": candidates[chosen].label}
     log.info("chosen on validation: %s", candidates[chosen].label)
     return candidates[chosen].config(config), record
+
+
+def widest_cap(candidates: list[Candidate], i: int) -> int | None:
+    """The candidate that differs from candidate ``i`` in its cap alone, with the highest cap, if that cap is
+    higher than ``i``'s (else None)."""
+    candidate = candidates[i]
+    peers = [j for j, other in enumerate(candidates) if candidate.same_but_cap(other)]
+    if not peers:
+        return None
+    j = max(peers, key=lambda j: candidates[j].settings[candidate.cap])
+    return j if candidates[j].settings[candidate.cap] > candidate.settings[candidate.cap] else None
+
+
+def _same_fit(candidate: Candidate, wider: "FoldResult | None") -> bool:
+    """Whether ``candidate``'s fit of a fold is the fit ``wider`` already made under a higher cap: its search
+    never held a K+ at the candidate's cap (``FoldResult.peak``)."""
+    return wider is not None and wider.peak is not None and wider.peak < candidate.settings[candidate.cap]
 
 
 def one_standard_error_choice(scored: list[dict]) -> tuple[int, float]:
@@ -111,22 +147,35 @@ def one_standard_error_choice(scored: list[dict]) -> tuple[int, float]:
     return int(np.flatnonzero(means >= means[best] - tolerance)[0]), tolerance
 
 
-def fit_fold(config: Any, make_driver: DriverFactory, source: Source, fold: EntrySample,
-             kind: str) -> tuple[str, float, int, int]:
+@dataclass(frozen=True)
+class FoldResult:
+    """One validation fit (``fit_fold``): the metric, the score of its predictions of the fold's entries,
+    K+, how many entries the fold holds, and the largest K+ its search held (``peak_k_plus``; None for a
+    model without a K+ search)."""
+
+    metric: str
+    score: float
+    k_plus: int
+    entries: int
+    peak: int | None
+
+
+def fit_fold(config: Any, make_driver: DriverFactory, source: Source, fold: EntrySample, kind: str) -> FoldResult:
     """One validation fit (a job of ``Engine.batch``): ``config`` fitted in this process without the entries
-    of ``fold``; (metric, score of its predictions of them, K+, how many entries the fold holds)."""
+    of ``fold``."""
     driver = make_driver(config, source, ProcessEngine(), validation=fold)
     driver.start()
     run_loop(driver, None, Position(), config.checkpoint_every, quiet=True)
     predicted, truth = driver.predictions()
     metric, value = validation_score(kind, predicted, truth)
-    return metric, value, int(driver.k_plus), int(truth.size)
+    peak = driver.peak_k_plus() if hasattr(driver, "peak_k_plus") else None
+    return FoldResult(metric, value, int(driver.k_plus), int(truth.size), peak)
 
 
-def candidate_record(candidate: Candidate, folds: list[tuple[str, float, int, int]]) -> dict:
-    """What the run records of one candidate: its mean score, the score and K+ of every fold (``fit_fold``),
-    and how many validation entries the folds hold."""
-    scores = [value for _, value, _, _ in folds]
-    return {"label": candidate.label, "metric": folds[0][0], "score": float(np.mean(scores)), "fold_scores": scores,
-            "k_plus": [k for _, _, k, _ in folds], "entries": sum(n for _, _, _, n in folds),
-            "settings": candidate.settings}
+def candidate_record(candidate: Candidate, folds: list[FoldResult]) -> dict:
+    """What the run records of one candidate: its mean score, the score and K+ of every fold, and how many
+    validation entries the folds hold."""
+    scores = [fold.score for fold in folds]
+    return {"label": candidate.label, "metric": folds[0].metric, "score": float(np.mean(scores)),
+            "fold_scores": scores, "k_plus": [fold.k_plus for fold in folds],
+            "entries": sum(fold.entries for fold in folds), "settings": candidate.settings}

@@ -142,7 +142,7 @@ def structural_candidates(config: IMFConfig) -> list[Candidate]:
     ranking gets worse, which is why the cap is chosen."""
     caps = [config.max_k] + [k for k in sorted(CAP_CHOICES, reverse=True) if k < config.max_k]
     strength = config.offset_reg or DEFAULT_OFFSET_REG
-    return [Candidate(f"K+ <= {cap}{', offsets' if reg else ''}", {"max_k": cap, "offset_reg": reg})
+    return [Candidate(f"K+ <= {cap}{', offsets' if reg else ''}", {"max_k": cap, "offset_reg": reg}, cap="max_k")
             for reg in (None, strength) for cap in caps]
 
 
@@ -341,6 +341,10 @@ class IMFDriver(StatefulDriver):
     @property
     def k_plus(self) -> int:
         return int(self.state.post["m"].shape[1])
+
+    def peak_k_plus(self) -> int:
+        """The largest K+ the search held against ``max_k`` (its history): a lower cap above it changes nothing."""
+        return max(k for k, _ in self.state.history)
 
     def _fit_offsets(self, rows: BlockSet, reg: float) -> tuple[BlockSet, np.ndarray]:
         """Row offsets (per block) and column offsets by alternating ridge updates. The column offsets go
