@@ -1,12 +1,14 @@
 """Shared fixtures: small corpora written to stores, Dask LocalClusters started once, and a bucket on a
 local S3 API server."""
 
+import os
 import socket
 import subprocess
 import sys
 import time
 import uuid
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -109,7 +111,8 @@ def s3():
         server.wait(timeout=30)
 
 
-# Worker-loss tests (tests/worker_loss.py): per test module, one scheduler started by hand and the stores.
+# Worker-loss tests (tests/worker_loss.py): per test module, one scheduler started by hand, its workers'
+# step gate (tests/step_gate.py) and the stores.
 @pytest.fixture(scope="module")
 def loss_stores(tmp_path_factory):
     from worker_loss import write_stores
@@ -119,9 +122,14 @@ def loss_stores(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def hand_scheduler(tmp_path_factory):
+    """A scheduler started by hand; the workers a test adds load the step gate whose file is ``gate.json`` in
+    the cluster's folder."""
+    import step_gate
     from processes import HandStartedCluster
 
-    cluster = HandStartedCluster(tmp_path_factory.mktemp("cluster"))
+    root = tmp_path_factory.mktemp("cluster")
+    env = {**os.environ, step_gate.GATE_VARIABLE: str(root / "gate.json")}
+    cluster = HandStartedCluster(root, env, worker_options=["--preload", step_gate.__file__])
     yield cluster
     cluster.close()
 
@@ -131,3 +139,13 @@ def hand_cluster(hand_scheduler):
     """The module's scheduler; the workers a test starts are killed after it."""
     yield hand_scheduler
     hand_scheduler.close_workers()
+
+
+@pytest.fixture
+def gate(hand_scheduler):
+    """The step gate of the module's workers, open again after the test."""
+    from step_gate import GATE_VARIABLE, StepGate
+
+    gate = StepGate(Path(hand_scheduler.env[GATE_VARIABLE]))
+    yield gate
+    gate.open()

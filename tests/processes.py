@@ -11,16 +11,18 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-
+from typing import Sequence
 
 
 class HandStartedCluster:
     """A scheduler and workers as separate processes started in their own folders under ``root``."""
 
-    def __init__(self, root: Path, env: dict | None = None):
-        """``env``: the processes' whole environment (default: this process's)."""
+    def __init__(self, root: Path, env: dict | None = None, worker_options: Sequence[str] = ()):
+        """``env``: the processes' whole environment (default: this process's); ``worker_options``: more
+        options of every `dask worker` command (e.g. ``--preload``)."""
         self.root = root
         self.env = dict(os.environ if env is None else env)
+        self.worker_options = list(worker_options)
         self.workers: list[subprocess.Popen] = []
         folder = root / "scheduler"
         folder.mkdir(parents=True)
@@ -52,7 +54,7 @@ class HandStartedCluster:
         proc = subprocess.Popen(
             [sys.executable, "-m", "distributed.cli.dask_worker", self.address, "--nthreads", str(nthreads),
              "--nanny" if nanny else "--no-nanny", "--no-dashboard", "--name", folder.name,
-             "--local-directory", str(folder)],
+             "--local-directory", str(folder), *self.worker_options],
             cwd=folder, env=self.env, stdout=subprocess.DEVNULL, stderr=open(folder / "log.txt", "w"),
             start_new_session=True)
         self.workers.append(proc)

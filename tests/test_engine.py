@@ -4,6 +4,8 @@ a fit survives lost workers with the same numbers (or stops with one line when n
 
 import dataclasses
 import os
+import time
+from typing import Callable
 
 import numpy as np
 import pytest
@@ -16,6 +18,7 @@ from buffet.pipeline.engine.loop import Position, run_loop
 from buffet.pipeline.engine.messages import ClusterLostError
 from buffet.pipeline.engine.runstore import RunStore
 from buffet.pipeline.engine.seeds import stream
+from worker_loss import LOST_CLUSTER_MARGIN
 
 
 def bracket(a: str, b: str) -> str:
@@ -192,23 +195,36 @@ def test_workers_lost_mid_fit_cost_time_not_results(tmp_path, caplog, process_cl
         assert any("replaying from the checkpoint of step 6" in r.getMessage() for r in caplog.records)
 
 
-def test_no_worker_left_stops_within_the_timeout():
+@pytest.fixture
+def workerless():
+    """An engine (``worker_timeout`` 1 s) on a cluster that has no worker."""
     from distributed import Client, LocalCluster
 
     with LocalCluster(n_workers=0, processes=False, dashboard_address=None) as cluster, Client(cluster) as client:
-        engine = engine_on(client, worker_timeout=1.0)
-        with pytest.raises(ClusterLostError, match="no Dask worker for 1 s"):
-            walk(engine)
+        yield engine_on(client, worker_timeout=1.0)
 
 
-def test_sharing_a_value_with_no_worker_left_is_a_lost_cluster():
+def lost_in_time(call: Callable[[], object]) -> None:
+    """``call`` ends in a lost cluster's ``ClusterLostError`` within the engine's ``worker_timeout`` (1 s) plus
+    ``LOST_CLUSTER_MARGIN`` (tests/worker_loss.py says why that margin): a bound on the wait, so that an
+    engine that waits longer than it was told, or hangs, fails."""
+    started = time.monotonic()
+    with pytest.raises(ClusterLostError, match="no Dask worker for 1 s"):
+        call()
+    waited = time.monotonic() - started
+    assert waited < 1.0 + LOST_CLUSTER_MARGIN, f"the lost cluster was reported after {waited:.1f} s"
+
+
+def test_no_worker_left_stops_within_the_timeout(workerless):
+    """A fit, and the results of blocks already sent to the scheduler, with no worker to run them."""
+    lost_in_time(lambda: walk(workerless))
+    lost_in_time(lambda: workerless.collect(workerless.from_values([1, 2])))
+
+
+def test_sharing_a_value_with_no_worker_left_is_a_lost_cluster(workerless):
     """``share`` with every worker gone ends as the step's other calls do (no bare TimeoutError from Dask's
     scatter, which the command could only report as an unknown failure)."""
-    from distributed import Client, LocalCluster
-
-    with LocalCluster(n_workers=0, processes=False, dashboard_address=None) as cluster, Client(cluster) as client:
-        with pytest.raises(ClusterLostError, match="no Dask worker for 1 s"):
-            engine_on(client, worker_timeout=1.0).share(np.arange(3))
+    lost_in_time(lambda: workerless.share(np.arange(3)))
 
 
 def _blas_threads(_: object) -> int:
