@@ -156,12 +156,12 @@ def test_a_killed_fits_run_is_taken_over_once_its_lease_expired(tmp_path, store)
 
 def test_force_takes_a_live_run_over_and_the_former_holder_stops(tmp_path, store):
     run = str(tmp_path / "run")
-    owner = start(tmp_path / "fit.txt", "fit", "bnmf", store, "--out", run, *ENDLESS, lifetime=3.0)
+    owner = start(tmp_path / "fit.txt", "fit", "bnmf", store, "--out", run, *ENDLESS)
     forced = None
     try:
         step = wait_until_writing(run, owner, tmp_path / "fit.txt")
         forced = start(tmp_path / "resume.txt", "resume", run, "--force", *ENDLESS[-3:])
-        assert owner.wait(timeout=WAIT) == 1  # its heartbeat finds the new holder; its next write refuses
+        assert owner.wait(timeout=WAIT) == 1  # its next commit reads the lease back, finds the new holder, refuses
         wait_until_writing(run, forced, tmp_path / "resume.txt", after_step=step)
         assert stop(forced, signal.SIGTERM) == 143
     finally:

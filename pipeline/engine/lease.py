@@ -10,10 +10,11 @@ that holder, unless ``force``; an expired one (no heartbeat for its lifetime: th
 is taken over with a one-line warning. Then write our own, wait twice as long as that read and write
 took (at least ``MIN_SETTLE``), and read it back: a process that read the old lease at the same
 moment has written its own by then, so at most one of two racing processes finds itself there; the
-other refuses. While held, a daemon thread renews the heartbeat every sixth of the lifetime; when it
-finds another holder there (a ``--force`` took the run over) the lease is lost and the run store
-refuses every further write. Release (at the end of the command, on an error, Ctrl-C or SIGTERM)
-deletes the lease if it is still ours.
+other refuses. While held, a daemon thread renews the heartbeat every sixth of the lifetime, and the
+run store reads the lease back before every commit (a checkpoint's manifest, run.json); once either
+finds another holder there (a ``--force`` took the run over) the lease is lost: the heartbeat stops
+and the run store refuses every further write. Release (at the end of the command, on an error,
+Ctrl-C or SIGTERM) deletes the lease if it is still ours.
 
 The lifetime is ``DEFAULT_LIFETIME`` seconds, or the ``BUFFET_LEASE_SECONDS`` environment variable,
 or the ``lifetime`` parameter. Expiry compares the holder's clock with the reader's, so the hosts
@@ -126,7 +127,7 @@ class Lease:
         self.id = uuid.uuid4().hex
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
-        self._lost: str | None = None  # what a heartbeat found in our place
+        self._lost: str | None = None  # who took the lease from us, once a read found another in our place
 
     def acquire(self, force: bool = False) -> None:
         """Take the lease (see the module docstring) and start renewing it; refuse with a ``UserError``."""
@@ -164,9 +165,20 @@ class Lease:
                         self.lifetime)
 
     def check(self) -> None:
-        """Raise ``LeaseLost`` when a heartbeat found that another command took the run over."""
+        """Raise ``LeaseLost`` unless this process still holds the lease: read back before every commit to
+        the run (a manifest, run.json), so a command that was taken over never commits again."""
+        if self._lost is None:
+            self._confirm(read_holder(self.path, self.storage_options))
         if self._lost is not None:
             raise LeaseLost(f"{self.path}: {self._lost}; this command stopped writing to the run")
+
+    def _confirm(self, found: Holder | None) -> bool:
+        """Whether ``found``, the lease as just read, is ours; if not, the lease is lost, and says to whom."""
+        if found is not None and found.holder == self.id:
+            return True
+        self._lost = (f"another buffet command took the run over ({found.describe(time.time())})" if found is not None
+                      else "another buffet command deleted the run's lease")
+        return False
 
     @contextlib.contextmanager
     def acquired(self, force: bool = False) -> Iterator["Lease"]:
@@ -188,10 +200,7 @@ class Lease:
         """Renew the heartbeat until released, or until another holder is found in our place."""
         while not self._stop.wait(self.lifetime / BEATS_PER_LIFETIME):
             try:
-                found = read_holder(self.path, self.storage_options)
-                if found is None or found.holder != self.id:
-                    self._lost = ("another buffet command took the run over (" + found.describe(time.time()) + ")"
-                                  if found is not None else "another buffet command deleted the run's lease")
+                if not self._confirm(read_holder(self.path, self.storage_options)):
                     log.warning("%s: %s; this command stops at its next write", self.path, self._lost)
                     return
                 self._write()
