@@ -34,6 +34,7 @@ from buffet.pipeline.engine.dask_executor import DaskEngine
 from buffet.pipeline.engine.dataset import source_of
 from buffet.pipeline.engine.engine import Engine
 from buffet.pipeline.engine.executor_choice import EXECUTORS, choose, stored_entries
+from buffet.pipeline.engine.lease import DEFAULT_LIFETIME, LIFETIME_VARIABLE, check_free
 from buffet.pipeline.engine.messages import console, explain, logger, raise_terminated
 from buffet.pipeline.engine.process_executor import ProcessEngine
 from buffet.pipeline.engine.runs import config_from, fit_run, resume_run, run_source
@@ -45,6 +46,9 @@ from buffet.pipeline.reports.outputs import evaluate_run, export_run, report_run
 FLAG_ALIASES = {"n_topics": ["--k"]}
 TOPIC_MODELS = ("bnmf", "cnmf")  # models whose runs hold q(beta) as g, h
 INGEST_FORMATS = ("uci", "ldac", "mtx", "ratings", "dense-ratings", "pairs")
+FORCE_HELP = ("take the run over even while another buffet command holds it; without this such a run is refused "
+              f"(a killed command's hold expires {DEFAULT_LIFETIME:.0f} s, or {LIFETIME_VARIABLE}, after its last "
+              "heartbeat)")
 
 
 def _cluster_args(p: argparse.ArgumentParser) -> None:
@@ -151,6 +155,7 @@ def _fit_parser(sub: argparse._SubParsersAction, model: str | None = None) -> No
         m.add_argument("--out", required=True, metavar="RUN",
                        help="run folder to create for the parameters, checkpoints and trace (a folder or a URL)")
         m.add_argument("--overwrite", action="store_true", help="replace an existing run folder at --out")
+        m.add_argument("--force", action="store_true", help=FORCE_HELP)
         m.add_argument("--stop-after", type=int, default=None, metavar="STEPS",
                        help="stop after this many steps (rows for the particle filters, sweeps for the samplers), "
                             "leaving a run that `buffet resume` continues (default: run to the end)")
@@ -162,6 +167,7 @@ def _run_parsers(sub: argparse._SubParsersAction) -> None:
     """The commands that act on a run folder."""
     p = sub.add_parser("resume", help="continue an interrupted run from its last checkpoint")
     p.add_argument("run", help="run folder of an interrupted `buffet fit`; a finished run is left as it is")
+    p.add_argument("--force", action="store_true", help=FORCE_HELP)
     _cluster_args(p)
 
     p = sub.add_parser("evaluate", help="held-out metrics of a run")
@@ -297,8 +303,10 @@ def cmd_fit(args: argparse.Namespace) -> None:
     source = source_of(args.store)
     source.open()  # a missing or corrupt store fails here, before a cluster starts
     RunStore.check_new(args.out, args.overwrite)
+    check_free(args.out, args.force)
     with engine_for(args, args.model, source.open) as engine:
-        run = fit_run(args.model, source, args.out, config, engine, args.overwrite, args.stop_after, args.quiet)
+        run = fit_run(args.model, source, args.out, config, engine, args.overwrite, args.stop_after, args.quiet,
+                      args.force)
     print(f"run {run.path}: {run.status}")
     _print_topics(run)
 
@@ -316,8 +324,9 @@ def _print_topics(run: RunStore) -> None:
 
 def cmd_resume(args: argparse.Namespace) -> None:
     stored = RunStore(args.run)
+    check_free(args.run, args.force)
     with engine_for(args, stored.model, run_source(stored).open) as engine:
-        run = resume_run(args.run, engine, args.quiet)
+        run = resume_run(args.run, engine, args.quiet, args.force)
     print(f"run {run.path}: {run.status}")
 
 

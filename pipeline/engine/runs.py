@@ -15,6 +15,7 @@ from buffet.data.errors import UserError
 from buffet.pipeline.engine.checkpoints import Saved
 from buffet.pipeline.engine.dataset import Source, source_of
 from buffet.pipeline.engine.engine import Engine
+from buffet.pipeline.engine.lease import Lease
 from buffet.pipeline.engine.loop import run_loop
 from buffet.pipeline.engine.position import Position
 from buffet.pipeline.engine.runstore import RunStore
@@ -46,12 +47,16 @@ def run_source(run: RunStore) -> Source:
 
 
 def fit_run(model: str, source: Source, out: str, config: Any, engine: Engine, overwrite: bool = False,
-            stop_after: int | None = None, quiet: bool = False) -> RunStore:
-    """Fit ``model`` on the dataset ``source`` (a store) into a new run folder ``out``."""
+            stop_after: int | None = None, quiet: bool = False, force: bool = False) -> RunStore:
+    """Fit ``model`` on the dataset ``source`` (a store) into a new run folder ``out``, holding the run's
+    lease from before the folder is made or cleared until the fit ends; a run another live command holds is
+    refused unless ``force`` (``engine.lease``)."""
     spec = spec_for(model)
     driver = spec.make_driver(config, source, engine)  # refuses data the model cannot take, before a run exists
-    run = RunStore.create(out, model, source.url, asdict(config), overwrite=overwrite)
-    return _fit(spec, run, config, engine, stop_after, quiet, driver, choose=True)
+    RunStore.check_new(out, overwrite)  # before a lease is written into a folder that is not a run
+    with Lease(out).acquired(force) as lease:
+        run = RunStore.create(out, model, source.url, asdict(config), overwrite=overwrite, lease=lease)
+        return _fit(spec, run, config, engine, stop_after, quiet, driver, choose=True)
 
 
 def _fit(spec: ModelSpec, run: RunStore, config: Any, engine: Engine, stop_after: int | None, quiet: bool,
@@ -73,11 +78,18 @@ def _fit(spec: ModelSpec, run: RunStore, config: Any, engine: Engine, stop_after
     return run
 
 
-def resume_run(path: str, engine: Engine, quiet: bool = False) -> RunStore:
+def resume_run(path: str, engine: Engine, quiet: bool = False, force: bool = False) -> RunStore:
     """Continue a run from its newest readable checkpoint; a finished run is left as it is, unless its final
     checkpoint is unreadable (then it continues from the one before). A run stopped before its first
-    checkpoint starts again (choosing its settings again if it had not recorded the choice)."""
+    checkpoint starts again (choosing its settings again if it had not recorded the choice). The run's lease
+    is held throughout; a run another live command holds is refused unless ``force`` (``engine.lease``)."""
     run = RunStore(path)
+    with run.owned(force):
+        return _resume(run, engine, quiet)
+
+
+def _resume(run: RunStore, engine: Engine, quiet: bool) -> RunStore:
+    """``resume_run`` once the run's lease is held."""
     saved = Saved(run, engine)
     if run.status == "finished" and run.final_checkpoint_readable(saved.verify):
         return run

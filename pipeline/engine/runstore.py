@@ -5,6 +5,7 @@ Layout::
 
     RUN/run.json                    model, dataset location, parameters, status (each write replaces it
                                     whole: a temporary file renamed on disk, one PUT on an object store)
+    RUN/lease.json                  while a fit or resume writes the run: who it is (``engine.lease``)
     RUN/ckpt-SSSSSSSS-TOKEN/        one checkpoint of step S, under a new name every time
         globals.npz                 the client-side arrays
         state.json                  step, trace and seconds (``engine.checkpoints``)
@@ -20,6 +21,7 @@ all but the two newest complete checkpoints are removed.
 
 from __future__ import annotations
 
+import contextlib
 import io
 import json
 import posixpath
@@ -27,16 +29,18 @@ import time
 import uuid
 import zlib
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 import numpy as np
 
 from buffet.data.errors import StoreError, UserError
 from buffet.data.store import check_format
 from buffet.data.urls import Location, exists, filesystem, join, normalise, read_bytes, remove, write_bytes
+from buffet.pipeline.engine.lease import LEASE_FILE, Lease
 from buffet.pipeline.engine.messages import logger
 
 RUN_FORMAT = 2  # 2: checkpoints under new names with a manifest written last (issue #11)
+RUN_FILE = "run.json"
 MANIFEST = "manifest.json"
 CHECKPOINT_FORMAT = 1
 KEEP = 2  # complete checkpoints kept after a commit
@@ -171,7 +175,7 @@ class RunStore:
         self.path = normalise(location)
         self.storage_options = storage_options
         try:
-            raw = read_bytes(join(self.path, "run.json"), storage_options)
+            raw = read_bytes(join(self.path, RUN_FILE), storage_options)
         except FileNotFoundError:
             raise StoreError(f"{self.path}: not a buffet run (no run.json)") from None
         try:
@@ -184,27 +188,47 @@ class RunStore:
                      "its checkpoints are in an old layout; fit it again with `buffet fit ... --overwrite`")
         self._current: int | None = None  # step of the checkpoint this object last read or committed
         self._unreadable: set[str] = set()  # checkpoint folders found unreadable (removed at the next commit)
+        self.lease: Lease | None = None  # the lease this process holds on the run while it writes there
 
     @classmethod
     def create(cls, location: Location, model: str, dataset: str | None, params: dict, overwrite: bool = False,
-               storage_options: dict[str, Any] | None = None) -> "RunStore":
-        """A new run folder; an existing run is kept unless ``overwrite`` (then replaced whole)."""
+               storage_options: dict[str, Any] | None = None, lease: Lease | None = None) -> "RunStore":
+        """A new run folder; an existing run is kept unless ``overwrite`` (then replaced whole). ``lease``
+        is the lease the caller holds on it (``Lease.acquired``): kept, and checked before every write."""
         path = normalise(location)
         cls.check_new(path, overwrite, storage_options)
-        remove(path, storage_options)
-        write_bytes(join(path, "run.json"), _json_bytes({"buffet_run": RUN_FORMAT, "model": model, "dataset": dataset,
-                                                         "params": params, "status": "running"}), storage_options)
-        return cls(path, storage_options)
+        for name in _entries(path, storage_options):  # run.json is replaced below, so it is never missing
+            if name not in (RUN_FILE, LEASE_FILE):
+                remove(join(path, name), storage_options)
+        write_bytes(join(path, RUN_FILE), _json_bytes({"buffet_run": RUN_FORMAT, "model": model, "dataset": dataset,
+                                                       "params": params, "status": "running"}), storage_options)
+        run = cls(path, storage_options)
+        run.lease = lease
+        return run
 
     @staticmethod
     def check_new(location: Location, overwrite: bool, storage_options: dict[str, Any] | None = None) -> None:
-        """Refuse to create a run where one exists (unless ``overwrite``) or where other files are."""
+        """Refuse to create a run where one exists (unless ``overwrite``) or where other files are; a folder
+        holding only a lease counts as empty."""
         path = normalise(location)
-        if exists(path, storage_options):
+        names = set(_entries(path, storage_options)) - {LEASE_FILE}
+        if names:
             if not overwrite:
                 raise UserError(f"{path} already exists (pass --overwrite to replace it, or `buffet resume`)")
-            if not exists(join(path, "run.json"), storage_options):
+            if RUN_FILE not in names:
                 raise UserError(f"{path} exists and is not a buffet run; refusing to replace it")
+
+    @contextlib.contextmanager
+    def owned(self, force: bool = False) -> Iterator["RunStore"]:
+        """Hold the run's lease for a ``with`` block, so that this process is its only writer; a run another
+        live command holds is refused unless ``force`` (``Lease.acquire``)."""
+        lease = Lease(self.path, self.storage_options)
+        with lease.acquired(force):
+            self.lease = lease
+            try:
+                yield self
+            finally:
+                self.lease = None
 
     @property
     def model(self) -> str:
@@ -246,7 +270,13 @@ class RunStore:
         return self.meta.get("selection")
 
     def _write_meta(self) -> None:
-        write_bytes(join(self.path, "run.json"), _json_bytes(self.meta), self.storage_options)
+        self._check_owner()
+        write_bytes(join(self.path, RUN_FILE), _json_bytes(self.meta), self.storage_options)
+
+    def _check_owner(self) -> None:
+        """Refuse to write when another command has taken over the lease this process held."""
+        if self.lease is not None:
+            self.lease.check()
 
     def final_checkpoint_readable(self, verify: Verifier | None = None) -> bool:
         """For a run recorded as finished: whether its final checkpoint is the newest readable one (block files
@@ -283,6 +313,7 @@ class RunStore:
         for record in [r for recs in blocks.values() for r in recs]:
             records[writer.relative(record)] = record
         content = {"step": step, "files": {k: [r.size, r.crc32] for k, r in records.items()}, "blocks": block_names}
+        self._check_owner()  # the manifest makes the checkpoint count: never from a command that lost the run
         body = json.dumps(content, sort_keys=True)
         manifest = {"buffet_checkpoint": CHECKPOINT_FORMAT, "crc32": zlib.crc32(body.encode("utf-8")), "content": body}
         write_bytes(join(writer.url, MANIFEST), _json_bytes(manifest), self.storage_options)
@@ -331,13 +362,7 @@ class RunStore:
 
     def _folders(self) -> list[str]:
         """Names of the checkpoint folders, oldest first."""
-        fs, root = filesystem(self.path, self.storage_options)
-        fs.invalidate_cache(root)
-        try:
-            entries = fs.ls(root, detail=False)
-        except FileNotFoundError:
-            return []
-        return sorted(n for n in (posixpath.basename(e.rstrip("/")) for e in entries) if n.startswith("ckpt-"))
+        return sorted(n for n in _entries(self.path, self.storage_options) if n.startswith("ckpt-"))
 
     def _read(self, name: str, verify: Verifier) -> Checkpoint:
         """The checkpoint in folder ``name``, verified against its manifest, or ``Unreadable``."""
@@ -399,3 +424,13 @@ class RunStore:
             if name not in keep and (name < current or name in self._unreadable):
                 remove(join(self.path, name), self.storage_options)
         self._unreadable.clear()
+
+
+def _entries(path: str, storage_options: dict[str, Any] | None = None) -> list[str]:
+    """The names of the files and folders in the folder at ``path`` (none when there is no such folder)."""
+    fs, root = filesystem(path, storage_options)
+    fs.invalidate_cache(root)
+    try:
+        return [posixpath.basename(e.rstrip("/")) for e in fs.ls(root, detail=False)]
+    except FileNotFoundError:
+        return []
