@@ -43,6 +43,9 @@ class BinaryMF(Estimator):
         driver = BMFDriver(config, source, engine)
         driver.start()
         self.trace_ = self._run(driver, config, run)
+        self._adopt(driver)
+
+    def _adopt(self, driver: BMFDriver) -> None:
         self.U_, self.V_, self.W_ = driver.full("u"), driver.full("v"), np.asarray(driver.W, np.float64)
         self.predictive_mean_ = driver.predictive_mean()
         self.k_plus_, self.l_plus_ = int(self.U_.shape[1]), int(self.V_.shape[1])

@@ -42,6 +42,9 @@ class IMF(Estimator):
         driver = IMFDriver(config, source, engine)
         driver.start()
         self.trace_ = self._run(driver, config, run)
+        self._adopt(driver)
+
+    def _adopt(self, driver: IMFDriver) -> None:
         driver.adopt_best()
         self.posterior_ = dict(driver.post)
         self.components_ = driver.post["m"].T.copy()
