@@ -216,7 +216,7 @@ def _source_chunks(engine: Engine, fn: Callable, source: Source, ranges: Sequenc
     """``engine.source_array`` of ``fn(part, r0, r1, *extra[i])`` over the row ``ranges``, where ``part`` is the
     Source a task reads (``Source.part``). For a dask array on a cluster, ``part`` holds the range's chunk of
     it, computed by the workers from the array's own graph (``ArrayRows.in_chunks``)."""
-    if not (source.lazy and not engine.local):
+    if engine.local or not source.lazy:
         args = [(source.part(r0, r1, engine.local), r0, r1, *e) for (r0, r1), e in zip(ranges, extra)]
         return engine.source_array(fn, args, sizes, n_cols, meta)
     import dask.array as da
