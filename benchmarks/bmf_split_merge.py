@@ -18,14 +18,14 @@ import argparse
 import numpy as np
 
 from buffet.data.bmf_data import bars_data
-from buffet.pipeline.engine.dataset import MemoryRows, source_of
+from buffet.pipeline.engine.dataset import ArrayRows, source_of
 from buffet.pipeline.engine.process_executor import ProcessEngine
 from buffet.pipeline.models.bmf import BMFConfig, BMFDriver
 
 
 def feature_trace(X: np.ndarray, mask: np.ndarray, config: BMFConfig) -> tuple[np.ndarray, np.ndarray, float]:
     """K+ and L+ of every retained sweep of one chain, and the split-merge moves accepted per sweep."""
-    driver = BMFDriver(config, source_of(MemoryRows(X, mask)), ProcessEngine())
+    driver = BMFDriver(config, source_of(ArrayRows(X, mask)), ProcessEngine())
     driver.start()
     k, l, accepted = [], [], 0.0
     for step in range(config.sweeps):

@@ -21,7 +21,7 @@ import numpy as np
 
 from buffet.data.ibp_synthetic import planted_features
 from buffet.kernels.metrics import z_agreement
-from buffet.pipeline.engine.dataset import MemoryRows
+from buffet.pipeline.engine.dataset import ArrayRows
 from buffet.pipeline.models.imf import IMFConfig, INMFConfig, fit_to_end
 
 MODELS = {"imf": IMFConfig, "inmf": INMFConfig}
@@ -34,7 +34,7 @@ def fit_draw(model: str, draw: int, n_rows: int, n_cols: int, restart: bool) -> 
     k = FEATURES[draw % len(FEATURES)]
     data = planted_features(np.random.default_rng(draw), n_rows, n_cols, k, nonnegative=model == "inmf")
     config = MODELS[model](max_k=k + 2, chunk_rows=1000, split=None, select="none", restart=restart)
-    driver = fit_to_end(config, MemoryRows(data.X))
+    driver = fit_to_end(config, ArrayRows(data.X))
     agreement = z_agreement(data.Z, driver.expected_z())
     return {"model": model, "draw": draw, "true_k": k, "k_plus": driver.k_plus, "agreement": agreement,
             "recovered": bool(driver.k_plus == k and agreement >= MIN_AGREEMENT)}

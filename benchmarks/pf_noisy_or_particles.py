@@ -23,12 +23,12 @@ from common import machine, record
 
 def fit(X: np.ndarray, particles: int, moves: int, seed: int):
     """The filter after every row (in process)."""
-    from buffet.pipeline.engine.dataset import MemoryRows, source_of
+    from buffet.pipeline.engine.dataset import ArrayRows, source_of
     from buffet.pipeline.engine.process_executor import ProcessEngine
     from buffet.pipeline.models.particles import NoisyORParticleConfig, ParticleDriver
 
     config = NoisyORParticleConfig(particles=particles, blocks=1, alpha=3.0, seed=seed, moves=moves)
-    driver = ParticleDriver(config, source_of(MemoryRows(X.astype(np.float64))), ProcessEngine())
+    driver = ParticleDriver(config, source_of(ArrayRows(X.astype(np.float64))), ProcessEngine())
     driver.start()
     for step in range(driver.total_steps()):
         driver.step(step)

@@ -114,7 +114,7 @@ def moves_against_plain(curves: dict[int, list], plain: list) -> list[dict]:
 
 def main() -> None:
     from buffet.kernels.metrics import constant_zzt_error, zzt_error
-    from buffet.pipeline.engine.dataset import MemoryRows, source_of
+    from buffet.pipeline.engine.dataset import ArrayRows, source_of
     from buffet.pipeline.engine.process_executor import ProcessEngine
     from buffet.pipeline.experiments.particles import COMPARISON_HEADER, comparison_rows, measure
     from buffet.pipeline.models.gibbs import GibbsDriver
@@ -138,7 +138,7 @@ def main() -> None:
     guesses = [constant_zzt_error(Z) for _, Z in data]
 
     def runs(driver_cls: type, config: Callable[[int, int], object]) -> Callable[[int, int], Callable]:
-        return lambda setting, seed: lambda: driver_cls(config(setting, seed), source_of(MemoryRows(data[seed][0])),
+        return lambda setting, seed: lambda: driver_cls(config(setting, seed), source_of(ArrayRows(data[seed][0])),
                                                         ProcessEngine())
 
     def error(post: dict, seed: int) -> float:

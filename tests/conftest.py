@@ -1,5 +1,5 @@
-"""Shared fixtures: small corpora written to stores, Dask LocalClusters started once, and a bucket on a
-local S3 API server."""
+"""Shared fixtures: small corpora written to stores, the estimators' small problems, Dask LocalClusters
+started once, and a bucket on a local S3 API server."""
 
 import os
 import socket
@@ -12,8 +12,10 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import scipy.sparse as sp
 
 from buffet.data.arrays import from_array
+from buffet.data.ibp_synthetic import image_data, noisy_or_data
 from buffet.data.splits import add_split, holdout_rows
 from buffet.data.synthetic import bnmf_corpus
 from helpers import unused_port
@@ -33,6 +35,25 @@ def corpus_store(tmp_path_factory, model_corpus):
     ds = from_array(model_corpus.X, path, "counts", rows_per_chunk=256)
     add_split(ds, "heldout", {"test_rows": holdout_rows(ds.n_rows, 0.05, 0)}, {"kind": "rows"})
     return str(path)
+
+
+@pytest.fixture(scope="module")
+def data(tmp_path_factory):
+    """The estimators' small problems (``helpers.FAST``), per data kind: (X, mask or None, store path of the
+    same data, new rows, their mask)."""
+    folder = tmp_path_factory.mktemp("estimators")
+    counts = bnmf_corpus(240, 60, 3, np.random.default_rng(0), tokens_per_doc=50).X
+    images = image_data(np.random.default_rng(1), n_rows=24, noise_sd=0.5).X
+    mask = np.random.default_rng(2).random(images.shape) > 0.1
+    binary = noisy_or_data(np.random.default_rng(3), n_rows=12, n_cols=30).X.astype(np.float64)
+    out = {"counts": (sp.csr_matrix(counts[:200]), None, counts[200:], None),
+           "real": (np.where(mask, images, 0.0)[:20], mask[:20], images[20:], mask[20:]),
+           "binary": (binary[:10], None, binary[10:], None)}
+    stores = {}
+    for kind, (X, m, _, _) in out.items():
+        stores[kind] = str(folder / f"{kind}.zarr")
+        from_array(X, stores[kind], kind, mask=m, rows_per_chunk=7)
+    return {kind: (X, m, stores[kind], X_new, m_new) for kind, (X, m, X_new, m_new) in out.items()}
 
 
 def _client(workers, kind="processes"):

@@ -1,6 +1,6 @@
 """Helpers shared by several test modules: the command line in a fresh interpreter or in this process, a free
-local port, CSV tables, run checkpoints compared entry by entry, a run's restored driver, and a correlated NMF
-corpus (SPEC 3.6)."""
+local port, CSV tables, run checkpoints compared entry by entry, a run's restored driver, a correlated NMF
+corpus (SPEC 3.6), the estimators' small settings, and an array that dask may read only a chunk at a time."""
 
 from __future__ import annotations
 
@@ -132,3 +132,18 @@ FAST = {
     "LinearGaussianGibbs": (lambda: LinearGaussianGibbs(sweeps=8, chains=2, split_merge_moves=1), "real"),
     "NoisyORGibbs": (lambda: NoisyORGibbs(sweeps=8, chains=2), "binary"),
 }
+
+
+class RowReads:
+    """An array that dask reads chunk by chunk (``da.from_array``): it refuses a read of more than ``rows`` rows,
+    so nothing can compute the whole array at once, and counts its reads."""
+
+    def __init__(self, values, rows: int):
+        self.values, self.rows, self.reads = values, rows, 0
+        self.shape, self.dtype, self.ndim = values.shape, values.dtype, values.ndim
+
+    def __getitem__(self, key):
+        part = self.values[key]
+        assert part.shape[0] <= self.rows, f"{part.shape[0]} rows read at once"
+        self.reads += 1
+        return part

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from buffet.pipeline.engine.dataset import MemoryRows
+from buffet.pipeline.engine.dataset import ArrayRows
 from buffet.pipeline.models.imf import IMFConfig, IMFDriver, fit_to_end
 
 # The reference's settings unless a test says otherwise: alpha fixed at 1, a tight tolerance and room to
@@ -18,4 +18,4 @@ def reference_fit(x: np.ndarray, mask: np.ndarray | None = None, config_cls: typ
     """The driver fitted to the end on ``x`` (``mask``: the observed entries) from K+ = 0, or from the q(z)
     ``start``; ``settings`` are ``config_cls`` fields over ``REFERENCE``."""
     config = config_cls(**{**REFERENCE, **settings, "chunk_rows": x.shape[0], "split": None, "select": "none"})
-    return fit_to_end(config, MemoryRows(x, mask), start=start)
+    return fit_to_end(config, ArrayRows(x, mask), start=start)

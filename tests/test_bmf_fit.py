@@ -13,7 +13,7 @@ from buffet.data.bmf_data import bars_data
 from buffet.data.errors import UserError
 from buffet.data.splits import add_split
 from buffet.data.store import Dataset
-from buffet.pipeline.engine.dataset import MemoryRows, source_of
+from buffet.pipeline.engine.dataset import ArrayRows, source_of
 from buffet.pipeline.engine.executor_choice import engine_on
 from buffet.pipeline.engine.process_executor import ProcessEngine
 from buffet.pipeline.engine.loop import Position, run_loop
@@ -33,7 +33,7 @@ def _fit(model_store, out, config, engine, **options):
 
 def _samples(config, X, mask, burn=100):
     """(U, V) after each sweep past ``burn`` of the driver on an in-memory matrix."""
-    driver = BMFDriver(config, source_of(MemoryRows(X, mask)), ProcessEngine())
+    driver = BMFDriver(config, source_of(ArrayRows(X, mask)), ProcessEngine())
     driver.start()
     out = []
     for s in range(config.sweeps):

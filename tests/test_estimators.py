@@ -12,9 +12,6 @@ import scipy.sparse as sp
 from sklearn.base import clone
 from sklearn.utils.validation import check_is_fitted
 
-from buffet.data.arrays import from_array
-from buffet.data.synthetic import bnmf_corpus
-from buffet.data.ibp_synthetic import image_data, noisy_or_data
 from buffet.pipeline.engine.dataset import source_of
 from buffet.pipeline.engine.process_executor import ProcessEngine
 from buffet.pipeline.engine.runs import fit_run
@@ -22,31 +19,13 @@ from buffet.pipeline.engine.runstore import RunStore
 from buffet.pipeline.reports.outputs import export_run
 from buffet.pipeline.estimators import (IMF, INMF, BayesianNMF, CorrelatedNMF, InvalidParameterError, NoisyORGibbs,
                                         NotFittedError)
-from helpers import FAST
+from helpers import FAST, RowReads
 
 NAMES = list(FAST)
 # The fitted array that pins each fit down (compared between input kinds, engines and `buffet fit`).
 SIGNATURE = {"BayesianNMF": "g_", "CorrelatedNMF": "L_", "IMF": "components_", "INMF": "components_",
              "BinaryMF": "predictive_mean_", "LinearGaussianParticleFilter": "zzt_", "NoisyORParticleFilter": "zzt_",
              "LinearGaussianGibbs": "zzt_", "NoisyORGibbs": "zzt_"}
-
-
-@pytest.fixture(scope="module")
-def data(tmp_path_factory):
-    """Per data kind: (X, mask or None, store path of the same data, new rows, their mask)."""
-    folder = tmp_path_factory.mktemp("estimators")
-    counts = bnmf_corpus(240, 60, 3, np.random.default_rng(0), tokens_per_doc=50).X
-    images = image_data(np.random.default_rng(1), n_rows=24, noise_sd=0.5).X
-    mask = np.random.default_rng(2).random(images.shape) > 0.1
-    binary = noisy_or_data(np.random.default_rng(3), n_rows=12, n_cols=30).X.astype(np.float64)
-    out = {"counts": (sp.csr_matrix(counts[:200]), None, counts[200:], None),
-           "real": (np.where(mask, images, 0.0)[:20], mask[:20], images[20:], mask[20:]),
-           "binary": (binary[:10], None, binary[10:], None)}
-    stores = {}
-    for kind, (X, m, _, _) in out.items():
-        stores[kind] = str(folder / f"{kind}.zarr")
-        from_array(X, stores[kind], kind, mask=m, rows_per_chunk=7)
-    return {kind: (X, m, stores[kind], X_new, m_new) for kind, (X, m, X_new, m_new) in out.items()}
 
 
 def _fit(name, data, **options):
@@ -112,6 +91,29 @@ def test_every_input_kind_gives_the_same_fit(name, data):
     results = [getattr(make().fit(x, mask=m), SIGNATURE[name]) for x, m in inputs]
     for got in results[1:]:
         np.testing.assert_array_equal(got, results[0])
+
+
+@pytest.mark.parametrize("name", ["BayesianNMF", "IMF"])
+def test_a_dask_array_is_read_a_chunk_at_a_time_with_the_numpy_fit(name, data, clients):
+    """In this process and on a cluster; its chunks (7 rows) differ from the fit's row blocks."""
+    make, kind = FAST[name]
+    X, mask, _, _, _ = data[kind]
+    expected = getattr(make().fit(X, mask=mask), SIGNATURE[name])
+    reads = RowReads(X, 7)
+    lazy = da.from_array(reads, chunks=(7, -1), asarray=False)
+    np.testing.assert_array_equal(getattr(make().fit(lazy, mask=mask), SIGNATURE[name]), expected)
+    assert reads.reads >= X.shape[0] / 7
+    there = make().fit(lazy, mask=mask, client=clients[2])
+    np.testing.assert_allclose(getattr(there, SIGNATURE[name]), expected, rtol=0, atol=1e-10)
+
+
+def test_a_dask_array_s_values_are_checked_as_its_blocks_are_read(data):
+    X = data["counts"][0].toarray()
+    X[150, 3] = -1.0
+    with pytest.raises(ValueError, match="negative count"):
+        BayesianNMF(3, chunk_rows=60).fit(da.from_array(X, chunks=(50, 20)))
+    with pytest.raises(ValueError, match="unknown chunk sizes"):
+        BayesianNMF(3).fit(da.from_array(X, chunks=(50, -1))[da.from_array(X[:, 0] >= 0, chunks=50)])
 
 
 @pytest.mark.parametrize("name", NAMES)

@@ -8,7 +8,7 @@ import pytest
 
 from buffet.data.ibp_synthetic import planted_features
 from buffet.kernels.metrics import z_agreement
-from buffet.pipeline.engine.dataset import MemoryRows
+from buffet.pipeline.engine.dataset import ArrayRows
 from buffet.pipeline.models.imf import IMFConfig, INMFConfig, fit_to_end
 
 N_ROWS, N_COLS, N_FEATURES = 5000, 30, 5
@@ -22,7 +22,7 @@ def test_search_recovers_planted_features(config_cls, draw):
     data = planted_features(np.random.default_rng(draw), N_ROWS, N_COLS, N_FEATURES,
                             nonnegative=config_cls is INMFConfig)
     config = config_cls(max_k=N_FEATURES + 1, tol=1e-5, chunk_rows=2000, split=None, select="none")
-    driver = fit_to_end(config, MemoryRows(data.X))
+    driver = fit_to_end(config, ArrayRows(data.X))
     assert driver.k_plus == N_FEATURES
     assert z_agreement(data.Z, driver.expected_z()) >= 0.99
 

@@ -11,7 +11,7 @@ from scipy.optimize import linear_sum_assignment
 from buffet.data.arrays import from_array
 from buffet.data.ibp_images import make_images
 from buffet.data.splits import add_split, holdout_entries
-from buffet.pipeline.engine.dataset import MemoryRows, source_of
+from buffet.pipeline.engine.dataset import ArrayRows, source_of
 from buffet.pipeline.engine.executor_choice import engine_on
 from buffet.pipeline.engine.process_executor import ProcessEngine
 from buffet.pipeline.engine.runs import fit_run, resume_run
@@ -62,7 +62,7 @@ def test_recovers_the_planted_images(name):
     Z A (measured: pixel errors <= 0.10, RMSE 0.06 for both models). Extra features end unused (sum_i nu_ik ~ 3)
     or nearly flat (TVIMF can keep features with max |E a_kj| ~ 0.2 used by about half the rows)."""
     x, z, a = make_images(n_rows=1000, noise_var=0.25, variant="four", seed=0)
-    fit = fit_to_end(CONFIGS[name](truncation=6, restarts=3, chunk_rows=250, split=None), MemoryRows(x))
+    fit = fit_to_end(CONFIGS[name](truncation=6, restarts=3, chunk_rows=250, split=None), ArrayRows(x))
     learned = fit.state.post["m"].T
     error = np.abs(a[:, None, :] - learned[None]).max(axis=2)
     rows, cols = linear_sum_assignment(error)

@@ -23,6 +23,7 @@ from typing import Any, Callable, Sequence, TypeVar
 
 import numpy as np
 
+from buffet.pipeline.engine.dataset import chunk_of_array
 from buffet.pipeline.engine.engine import (BlockSet, ClusterFailure, Engine, Shared, add_stats, check_lengths,
                                            tree_reduce)
 from buffet.pipeline.engine.messages import ClusterLostError, is_cluster_failure
@@ -54,7 +55,7 @@ def _apply_many(fn: Callable, *blocks: np.ndarray) -> np.ndarray:
 
 
 def _call_with(fn: Callable, args: Any) -> Any:
-    """``fn(*args)`` for the per-block argument tuples of ``generate`` and ``source_array``."""
+    """``fn(*args)`` for the per-block argument tuples of ``generate`` and ``source_chunks``."""
     return fn(*_unwrap(args))
 
 
@@ -109,19 +110,28 @@ class DaskEngine(Engine):
                                       meta=np.empty((0,), object),
                                       name=f"{getattr(fn, '__name__', 'generate')}-{next(self._names)}"), len(args))
 
-    def source_array(self, fn: Callable, args: Sequence[tuple], sizes: Sequence[int], n_cols: int, meta: Any) -> Any:
-        """A 2-D ``dask.array`` whose row chunk i is ``fn(*args[i])``."""
+    def source_chunks(self, fn: Callable, source: Any, ranges: Sequence[tuple[int, int]], extra: Sequence[tuple],
+                      sizes: Sequence[int], n_cols: int, meta: Any) -> Any:
+        """A 2-D ``dask.array`` of the chunks: read by the workers from a store, or, for a user's dask array,
+        computed by them from the array's own graph (``dataset.ArrayRows.in_chunks``)."""
         import dask.array as da
 
+        if source.lazy:
+            rows = source.rows
+            X, mask = rows.in_chunks(ranges)
+            index = _objects([(fn, rows.layout, r0, r1, *e) for (r0, r1), e in zip(ranges, extra)])
+            arrays = [da.from_array(index, chunks=1), "i", X, "ij"] + ([] if mask is None else [mask, "ij"])
+            return da.blockwise(chunk_of_array, "ij", *arrays, adjust_chunks={"i": tuple(sizes), "j": (n_cols,)},
+                                align_arrays=False, concatenate=True, dtype=meta.dtype, meta=meta,
+                                name=f"{getattr(fn, '__name__', 'source')}-{next(self._names)}")
+        args = [(source.part(r0, r1), r0, r1, *e) for (r0, r1), e in zip(ranges, extra)]
         index = da.from_array(_objects(args), chunks=1, name=f"args-{next(self._names)}")
         return da.blockwise(_call_with, "ij", fn, None, index, "i", new_axes={"j": n_cols},
                             adjust_chunks={"i": tuple(sizes)}, dtype=meta.dtype, meta=meta,
                             name=f"{getattr(fn, '__name__', 'source')}-{next(self._names)}")
 
     def from_array(self, array: Any) -> BlockSet:
-        """The row chunks of a 2-D ``dask.array``, one value per chunk (columns in one chunk)."""
-        if array.numblocks[1] != 1:
-            array = array.rechunk({1: -1})
+        """The row chunks of a 2-D ``dask.array`` (``source_chunks``), one value per chunk."""
         blocks = array.map_blocks(_wrap, drop_axis=1, chunks=((1,) * array.numblocks[0],), dtype=object,
                                   meta=np.empty((0,), object), name=f"rows-{next(self._names)}")
         return self._new(blocks, array.numblocks[0], lazy=True)

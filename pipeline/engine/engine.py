@@ -112,13 +112,15 @@ class Engine(ABC):
         checkpoint, starting states). ``args`` are small values."""
 
     @abstractmethod
-    def source_array(self, fn: Callable, args: Sequence[tuple], sizes: Sequence[int], n_cols: int, meta: Any) -> Any:
-        """The data of a store, chunk by chunk: row chunk i (``sizes[i]`` rows, ``n_cols`` columns) is
-        ``fn(*args[i])``; ``from_array`` turns the result into a BlockSet of its row chunks."""
+    def source_chunks(self, fn: Callable, source: Any, ranges: Sequence[tuple[int, int]], extra: Sequence[tuple],
+                      sizes: Sequence[int], n_cols: int, meta: Any) -> Any:
+        """The data of a ``dataset.Source``, chunk by chunk: row chunk i (``sizes[i]`` rows, ``n_cols`` columns,
+        like ``meta``) is ``fn(part, r0, r1, *extra[i])`` for the row range ``ranges[i]``, where ``part`` is the
+        Source a task reads (``Source.part``); ``from_array`` turns the result into a BlockSet of its chunks."""
 
     @abstractmethod
     def from_array(self, array: Any) -> BlockSet:
-        """The row chunks of what ``source_array`` made (or of a user's 2-D dask array) as a BlockSet."""
+        """The row chunks of what ``source_chunks`` made as a BlockSet."""
 
     def indices(self, n: int) -> BlockSet:
         """A BlockSet whose block i is the number i (for local steps that need their block's position); made

@@ -66,17 +66,13 @@ class ProcessEngine(Engine):
     def generate(self, fn: Callable, args: Sequence[tuple]) -> BlockSet:
         return BlockSet(len(args), values=_blocks(lambda: [fn(*a) for a in args]))
 
-    def source_array(self, fn: Callable, args: Sequence[tuple], sizes: Sequence[int], n_cols: int, meta: Any) -> list:
-        """The list of chunks, read at once."""
-        return _blocks(lambda: [fn(*a) for a in args])
+    def source_chunks(self, fn: Callable, source: Any, ranges: Sequence[tuple[int, int]], extra: Sequence[tuple],
+                      sizes: Sequence[int], n_cols: int, meta: Any) -> list:
+        """The list of chunks, read at once (a user's dask array range by range, by ``Source.part``)."""
+        return _blocks(lambda: [fn(source.part(r0, r1), r0, r1, *e) for (r0, r1), e in zip(ranges, extra)])
 
-    def from_array(self, array: Any) -> BlockSet:
-        """``array`` is a list of chunks (``source_array``) or a 2-D dask array, whose row chunks are computed
-        here one at a time."""
-        if isinstance(array, list):
-            return BlockSet(len(array), values=array)
-        return BlockSet(array.numblocks[0], values=[array.blocks[i].compute(scheduler="sync")
-                                                     for i in range(array.numblocks[0])])
+    def from_array(self, array: list) -> BlockSet:
+        return BlockSet(len(array), values=array)
 
     def share(self, value: Any) -> Shared:
         return Shared(value)

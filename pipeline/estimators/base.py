@@ -4,8 +4,10 @@ Every estimator wraps one model's config dataclass: its parameters are exactly t
 ``__init__`` keywords with the config's defaults, stored unchanged (the signature is generated from
 the dataclass by ``__init_subclass__``); the config is built and checked in ``fit``. ``fit`` runs the
 model's driver through the engine's loop, on ``client``'s Dask cluster when one is given, else in this
-process or on an embedded LocalCluster by the size of the data, as ``buffet fit`` chooses; and with ``run_dir=`` into a run folder that ``buffet resume`` continues. Fitted attributes
-end in ``_``; ``save``/``load`` keep the parameters (JSON) and the fitted arrays (npz), no pickles.
+process or on an embedded LocalCluster by the size of the data, as ``buffet fit`` chooses; and with
+``run_dir=`` into a run folder that ``buffet resume`` continues. Fitted attributes end in ``_``;
+``save``/``load`` keep the parameters (JSON) and the fitted arrays (npz), no pickles; ``from_run`` opens a
+run folder of ``buffet fit`` as the estimator fitted there.
 
 scikit-learn is not a dependency: it is imported only inside ``__sklearn_tags__``.
 """
@@ -28,20 +30,21 @@ import numpy as np
 
 from buffet.data.arrays import from_array
 from buffet.data.errors import InputError, StoreError, UserError
+from buffet.data.store import CSRRows
 from buffet.data.urls import join, normalise
 from buffet.kernels.bmf import RowStreams
-from buffet.pipeline.engine.dataset import MemoryRows, Source, source_of
 from buffet.pipeline.engine.blas import single_threaded_blas
 from buffet.pipeline.engine.cluster import dask_client
 from buffet.pipeline.engine.dask_executor import DaskEngine
+from buffet.pipeline.engine.dataset import Source, source_of
 from buffet.pipeline.engine.engine import Engine
 from buffet.pipeline.engine.executor_choice import choose, engine_on, stored_entries
 from buffet.pipeline.engine.loop import Driver, Position, run_loop
 from buffet.pipeline.engine.process_executor import ProcessEngine
-from buffet.pipeline.engine.runs import settle_config
+from buffet.pipeline.engine.runs import restored, run_source, settle_config
 from buffet.pipeline.engine.runstore import RunStore
 from buffet.pipeline.engine.seeds import stream
-from buffet.pipeline.estimators.inputs import COUNTS, Data, training_data
+from buffet.pipeline.estimators.inputs import COUNTS, source_for
 from buffet.pipeline.registry import spec_for
 
 SAVE_FORMAT = 1
@@ -163,7 +166,9 @@ class Estimator:
     """Base of the estimators (module docstring). A subclass names its config class and its model
     (as ``buffet fit`` knows it), the kind of data it reads (``inputs.COUNTS`` or ``inputs.DENSE``),
     and implements ``_fit(config, source, engine, run)`` (a ``dataset.Source`` and an ``Engine``), which
-    sets ``trace_`` (the engine's steps; ``n_iter_`` is their number)."""
+    sets ``trace_`` (the engine's steps; ``n_iter_`` is their number) and then, with ``_adopt(driver)``, the
+    fitted attributes from the driver at the end of the fit: the step ``from_run`` takes with the driver
+    of a run restored at its newest checkpoint."""
 
     config_cls: ClassVar[type]
     model_name: ClassVar[str]
@@ -215,16 +220,16 @@ class Estimator:
         ``buffet fit`` does (``select``; in-memory data has no held-out split, so only with
         ``select="validation"``); ``selection_`` is the record of the choice, or None."""
         config = self._config()
-        data = training_data(X, mask, self.input_kind)
+        source = source_for(X, mask, self.input_kind)
         self._forget()
-        source, run = self._run_source(data, config, run_dir)
+        source, run = self._run_source(source, config, run_dir)
         with fit_engine(client, source, self.model_name) as engine:
             config, self.selection_ = settle_config(spec_for(self.model_name), config, source, engine)
             if run is not None and self.selection_ is not None:
                 run.record_selection(self.selection_, asdict(config))
             self._fit(config, source, engine, run)
         self.n_iter_ = len(self.trace_)
-        self.n_features_in_ = data.shape[1]
+        self.n_features_in_ = source.open().n_cols
         return self
 
     def fit_transform(self, X, y=None, *, mask=None, client=None, run_dir=None) -> np.ndarray:
@@ -235,22 +240,55 @@ class Estimator:
     def _fit(self, config: Any, source: Source, engine: Engine, run: RunStore | None) -> None:
         raise NotImplementedError
 
+    def _adopt(self, driver: Driver) -> None:
+        """The fitted attributes from the fit's driver (``trace_`` set already)."""
+        raise NotImplementedError
+
+    @classmethod
+    def from_run(cls, path: str | os.PathLike, *, client=None,
+                 storage_options: dict[str, Any] | None = None) -> "Estimator":
+        """The estimator of the run folder ``path`` that ``buffet fit`` (or ``fit(run_dir=...)``) wrote, fitted
+        as the run's newest checkpoint left it: its parameters are the run's (those chosen on validation
+        when a choice was made), its fitted attributes what ``fit`` sets, from the run's driver restored at
+        that checkpoint (``engine.runs.restored``; it reads the run's dataset as the driver does). Ready for
+        ``transform``, ``score`` and ``save``. ``client``: a ``distributed.Client`` to restore on;
+        ``storage_options``: for a run at a URL (fsspec)."""
+        run = RunStore(path, storage_options)
+        if run.model != cls.model_name:
+            raise StoreError(f"{run.path}: holds a {run.model} run, not one of {cls.__name__} ({cls.model_name}); "
+                             "open it with buffet.load_run")
+        return cls.restore(run, engine_for(client))
+
+    @classmethod
+    def restore(cls, run: RunStore, engine: Engine) -> "Estimator":
+        """The estimator of ``run`` (a run of this estimator's model) restored on ``engine`` (``from_run``)."""
+        estimator = cls(**run.params)
+        driver, position = restored(run, engine, spec_for(run.model).outputs.states)
+        estimator.trace_ = position.trace
+        estimator._adopt(driver)
+        estimator.n_iter_ = len(estimator.trace_)
+        estimator.n_features_in_ = run_source(run).open().n_cols
+        estimator.selection_ = run.selection
+        return estimator
+
     def _forget(self) -> None:
         """Drop the fitted attributes of an earlier fit."""
         for name in [k for k in vars(self) if k.endswith("_") and not k.startswith("_")]:
             delattr(self, name)
 
-    def _run_source(self, data: Data, config: Any, run_dir) -> tuple[Source, RunStore | None]:
-        """Where the driver reads and the run folder it checkpoints into (``fit``'s docstring)."""
+    def _run_source(self, source: Source, config: Any, run_dir) -> tuple[Source, RunStore | None]:
+        """Where the driver reads and the run folder it checkpoints into (``fit``'s docstring). Array rows
+        (a dask array too) are written to the run's ``data.zarr`` after reading them whole."""
         if run_dir is None:
-            return source_of(data.source), None
-        if isinstance(data.source, str):
-            return source_of(data.source), RunStore.create(run_dir, self.model_name, data.source, asdict(config))
+            return source, None
+        if source.url is not None:
+            return source, RunStore.create(run_dir, self.model_name, source.url, asdict(config))
         store = join(normalise(run_dir), "data.zarr")
         run = RunStore.create(run_dir, self.model_name, store, asdict(config))
-        rows = data.source
-        from_array(rows.X, store, _store_kind(rows, self.input_kind), mask=rows.mask)
-        return source_of(store), run
+        data = source.open()
+        rows = data.read_rows(0, data.n_rows)
+        values = rows.to_scipy() if isinstance(rows, CSRRows) else rows.X
+        return source_of(from_array(values, store, data.kind, mask=getattr(rows, "mask", None))), run
 
     def _driver(self, config: Any, source: Source, engine: Engine) -> Driver:
         """The model's driver for ``config`` reading ``source`` on ``engine``, built as ``buffet fit`` builds
@@ -329,14 +367,6 @@ def _same(a: Any, b: Any) -> bool:
         return bool(a == b) and type(a) is type(b)
     except (TypeError, ValueError):
         return a is b
-
-
-def _store_kind(rows: MemoryRows, input_kind: str) -> str:
-    """The dataset kind of in-memory rows written to a run folder (SPEC 1)."""
-    if input_kind == COUNTS:
-        return "counts"
-    observed = rows.X if rows.mask is None else rows.X[rows.mask]
-    return "binary" if np.isin(observed, (0.0, 1.0)).all() else "real"
 
 
 def _write_npz(path: Path, arrays: dict[str, np.ndarray]) -> None:

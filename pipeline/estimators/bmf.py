@@ -19,7 +19,7 @@ from buffet.pipeline.engine.engine import Engine
 from buffet.pipeline.engine.runstore import RunStore
 from buffet.pipeline.estimators.base import Estimator, row_streams
 from buffet.pipeline.estimators.inputs import DENSE, dense_rows
-from buffet.pipeline.models.bmf import BMFConfig
+from buffet.pipeline.models.bmf import BMFConfig, BMFDriver
 
 NEW_ROW_SWEEPS = 60   # Gibbs sweeps over new rows' features (the first NEW_ROW_BURN are discarded)
 NEW_ROW_BURN = 10
@@ -43,6 +43,9 @@ class BinaryMF(Estimator):
         driver = self._driver(config, source, engine)
         driver.start()
         self.trace_ = self._run(driver, config, run)
+        self._adopt(driver)
+
+    def _adopt(self, driver: BMFDriver) -> None:
         self.U_, self.V_, self.W_ = driver.full("u"), driver.full("v"), np.asarray(driver.state.W, np.float64)
         self.predictive_mean_ = driver.predictive_mean()
         self.k_plus_, self.l_plus_ = int(self.U_.shape[1]), int(self.V_.shape[1])

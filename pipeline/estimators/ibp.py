@@ -21,13 +21,13 @@ from buffet.data.errors import InputError
 from buffet.kernels import bmf
 from buffet.kernels.gibbs_noisy_or import NoisyORObservation
 from buffet.kernels.pf_noisy_or import NoisyORParams
-from buffet.pipeline.engine.dataset import MemoryRows, Source, source_of
+from buffet.pipeline.engine.dataset import ArrayRows, Source, source_of
 from buffet.pipeline.engine.engine import Engine
 from buffet.pipeline.engine.loop import Position
 from buffet.pipeline.engine.runstore import RunStore
 from buffet.pipeline.estimators.base import Estimator, engine_for, row_streams
-from buffet.pipeline.estimators.inputs import DENSE, dense_matrix, dense_rows
-from buffet.pipeline.models.gibbs import LGGibbsConfig, NoisyORGibbsConfig
+from buffet.pipeline.estimators.inputs import DENSE, dense_rows, rows_of
+from buffet.pipeline.models.gibbs import GibbsDriver, LGGibbsConfig, NoisyORGibbsConfig
 from buffet.pipeline.models.particles import LGParticleConfig, NoisyORParticleConfig, ParticleDriver
 
 NEW_ROW_SWEEPS = 60   # Gibbs sweeps over new rows' features (the first NEW_ROW_BURN are discarded)
@@ -91,6 +91,9 @@ class _ParticleFilter(_IBPModel):
         driver = self._driver(config, source, engine)
         driver.start()
         self.trace_ = self._run(driver, config, run)
+        self._adopt(driver)
+
+    def _adopt(self, driver: ParticleDriver) -> None:
         self.masked_ = driver.rows.mask is not None
         self._keep(driver)
 
@@ -110,7 +113,8 @@ class _ParticleFilter(_IBPModel):
         The fitted rows are not kept: the driver's data are zeros in their place followed by the new rows;
         the particles' row axis is extended. Only resample-move reads a processed row again, so the
         continued filter runs without moves (plain resampling, still an exact filter)."""
-        X, observed = dense_matrix(X, mask)
+        rows = rows_of(X, mask, DENSE)
+        X, observed = rows.X, rows.mask
         self._check_columns(X.shape[1])
         if observed is not None and not self.masked_ and not self.noisy_or:
             raise InputError("the filter was fitted without missing entries, so it keeps one covariance for all "
@@ -123,7 +127,7 @@ class _ParticleFilter(_IBPModel):
             full = np.ones(data.shape, bool)
             if observed is not None:
                 full[n_old:] = observed
-        driver = self._driver(config, source_of(MemoryRows(data, full)), engine_for(client))
+        driver = self._driver(config, source_of(ArrayRows(data, full)), engine_for(client))
         blocks = [config.BLOCK_CLS(n_rows=n_old, **{name: self._block_array(b, name, data.shape[0])
                                                    for name in config.BLOCK_CLS.FEATURE_AXES})
                   for b in range(driver.n_blocks)]
@@ -165,6 +169,10 @@ class _GibbsSampler(_IBPModel):
         driver = self._driver(config, source, engine)
         driver.start()
         self.trace_ = self._run(driver, config, run)
+        self._adopt(driver)
+
+    def _adopt(self, driver: GibbsDriver) -> None:
+        config = driver.config
         self._keep_summary(driver.posterior())
         last = self.trace_[-1]
         best = int(np.argmax([last[f"log_joint_{c}"] for c in range(config.chains)]))

@@ -18,7 +18,7 @@ from buffet.pipeline.engine.engine import Engine
 from buffet.pipeline.engine.runstore import RunStore
 from buffet.pipeline.estimators.base import Estimator
 from buffet.pipeline.estimators.inputs import DENSE, dense_rows
-from buffet.pipeline.models.imf import IMFConfig, INMFConfig
+from buffet.pipeline.models.imf import IMFConfig, IMFDriver, INMFConfig
 
 
 class IMF(Estimator):
@@ -42,6 +42,9 @@ class IMF(Estimator):
         driver = self._driver(config, source, engine)
         driver.start()
         self.trace_ = self._run(driver, config, run)
+        self._adopt(driver)
+
+    def _adopt(self, driver: IMFDriver) -> None:
         driver.adopt_best()
         self.posterior_ = dict(driver.state.post)
         self.components_ = driver.state.post["m"].T.copy()

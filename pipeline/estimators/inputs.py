@@ -1,52 +1,72 @@
-"""What the estimators accept as data, turned into what the drivers read (SPEC 1).
+"""What the estimators accept as data, recognised and checked once (``source_for``) into the
+``engine.dataset.Source`` the drivers read.
 
-``X`` may be a dataset store path (str or PathLike), a ``buffet.data.store.Dataset``, a NumPy
-array (with an optional boolean ``mask``, True = observed), a SciPy sparse matrix, a pydata
-``sparse`` array or a ``dask.array.Array``. A dask array is computed into memory
-(``engine.dataset.in_memory``: the engine reads stores and in-memory rows; reading a user's dask
-chunks directly is left for later). Count models get a CSR matrix of non-negative integers; dense
-models get a float64 array and a mask, where a NaN in an unmasked array means a missing entry
-(``mask`` False); sparse input to a dense model is densified (its zeros are observed values).
+``X`` may be a dataset store path (str or PathLike) or an opened ``buffet.data.store.Dataset``, a NumPy
+array (with an optional boolean ``mask``, True = observed), a SciPy sparse matrix, a pydata ``sparse``
+array or a ``dask.array.Array`` (its mask a NumPy or dask array). A store is opened once, here, and the
+Source keeps it open. A dask array stays lazy: its shape and dtype are checked here, its values block by
+block as the fit reads them (``engine.dataset.ArrayRows``), and it is rechunked to one chunk along the
+columns. Count models read CSR matrices of non-negative integers; dense models float64 values and a mask,
+where a NaN in an unmasked array means a missing entry (``mask`` False); sparse input to a dense model is
+densified (its zeros are observed values).
 """
 
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+import sys
+from typing import Any
 
 import numpy as np
 import scipy.sparse as sp
 
 from buffet.data.errors import InputError
-from buffet.data.store import Dataset, check_values
-from buffet.pipeline.engine.dataset import MemoryRows, in_memory
+from buffet.data.store import CSRRows, Dataset, DenseRows
+from buffet.pipeline.engine.dataset import ArrayRows, Source, block_rows, checked_values, is_dask_array, source_of
 
 COUNTS, DENSE = "counts", "dense"
+LAYOUT = {COUNTS: "csr", DENSE: "dense"}
 
 
-@dataclass(frozen=True)
-class Data:
-    """Training data for a fit: a store path (read by the workers) or in-memory rows."""
-
-    source: str | MemoryRows
-    shape: tuple[int, int]
-
-
-def _computed(X):
-    """A dask array computed (``engine.dataset.in_memory``), a pydata ``sparse`` array as SciPy CSR; anything
-    else unchanged."""
-    X = in_memory(X)
-    if type(X).__module__.split(".")[0] == "sparse" and hasattr(X, "tocsr"):
-        X = X.tocsr()
-    return X
+def source_for(X: Any, mask: Any, kind: str) -> Source:
+    """The one gate of an estimator's data: any accepted ``X`` (module docstring) as the Source a model of
+    ``kind`` (``COUNTS`` or ``DENSE``) reads, refused with a one-line ``InputError`` (scikit-learn's
+    wording for the shape) when it cannot."""
+    if isinstance(X, (str, os.PathLike, Dataset)):
+        return _store(X, mask, kind)
+    if kind == COUNTS and mask is not None:
+        raise InputError("count models take no mask: a sparse matrix stores its nonzero counts")
+    if is_dask_array(X):
+        return source_of(_dask_rows(X, mask, LAYOUT[kind]))
+    values = _matrix(X, kind)
+    return source_of(ArrayRows(*checked_values(values, _mask(mask, values.shape), LAYOUT[kind]), LAYOUT[kind]))
 
 
-def _store_path(X) -> str | None:
-    if isinstance(X, Dataset):
-        return X.path
-    if isinstance(X, (str, os.PathLike)):
-        return Dataset(X).path   # a missing or corrupt store fails here
-    return None
+def rows_of(X: Any, mask: Any, kind: str) -> CSRRows | DenseRows:
+    """Every row of any accepted ``X``, in memory and checked (the new rows of ``transform`` and ``score``)."""
+    source = source_for(X, mask, kind)
+    data = source.open()
+    rows = data.read_rows(0, data.n_rows)
+    if source.url is None:
+        return rows
+    return block_rows(rows.to_scipy() if isinstance(rows, CSRRows) else rows.X, getattr(rows, "mask", None),
+                      LAYOUT[kind])
+
+
+def dense_rows(X: Any, mask: Any) -> tuple[np.ndarray, np.ndarray]:
+    """New rows for a dense model: X and a full mask (all True when nothing is missing)."""
+    rows = rows_of(X, mask, DENSE)
+    return rows.X, np.ones(rows.X.shape, bool) if rows.mask is None else rows.mask
+
+
+def _store(location: str | os.PathLike | Dataset, mask: Any, kind: str) -> Source:
+    """A store, opened once (a missing or corrupt one fails here), in the layout the model reads."""
+    ds = location if isinstance(location, Dataset) else Dataset(location)
+    if mask is not None:
+        raise InputError("mask is for in-memory arrays; a dataset store holds its own mask")
+    if ds.layout != LAYOUT[kind]:
+        raise InputError(f"{ds.path}: this model needs a store in the {LAYOUT[kind]} layout, this one is {ds.layout}")
+    return source_of(ds)
 
 
 def _two_d(shape: tuple[int, ...]) -> None:
@@ -59,21 +79,23 @@ def _two_d(shape: tuple[int, ...]) -> None:
             raise InputError(f"Found array with 0 {what}(s) (shape={shape}) while a minimum of 1 is required.")
 
 
-def counts_matrix(X) -> sp.csr_matrix:
-    """In-memory counts as CSR float64, refused unless non-negative integers (SPEC 1)."""
-    X = _computed(X)
-    m = sp.csr_matrix(X, dtype=np.float64) if sp.issparse(X) else sp.csr_matrix(_dense_array(X))
-    _two_d(m.shape)
-    check_values("counts", m.data, "X")
-    return m
-
-
-def _dense_array(X) -> np.ndarray:
-    """Any array-like of real numbers as a float64 matrix (sparse input densified)."""
-    X = _computed(X)
-    arr = np.asarray(X.toarray() if sp.issparse(X) else X)
-    if np.iscomplexobj(arr):
+def _not_complex(dtype: np.dtype) -> None:
+    if np.issubdtype(dtype, np.complexfloating):
         raise InputError("Complex data not supported: X must hold real numbers")
+
+
+def _matrix(X: Any, kind: str) -> Any:
+    """In-memory ``X`` as a SciPy sparse matrix (sparse input to a count model) or a float64 array, its shape
+    and type checked."""
+    pydata = sys.modules.get("sparse")
+    if pydata is not None and isinstance(X, pydata.SparseArray):
+        X = X.tocsr()
+    if sp.issparse(X) and kind == COUNTS:
+        _not_complex(X.dtype)
+        _two_d(X.shape)
+        return X
+    arr = np.asarray(X.toarray() if sp.issparse(X) else X)
+    _not_complex(arr.dtype)
     try:
         arr = arr.astype(np.float64)    # an object that is no number at all stays numpy's TypeError
     except ValueError:
@@ -82,57 +104,35 @@ def _dense_array(X) -> np.ndarray:
     return arr
 
 
-def dense_matrix(X, mask=None) -> tuple[np.ndarray, np.ndarray | None]:
-    """In-memory dense data as (X float64 with unobserved entries 0, mask or None for all observed).
-
-    Without a mask, NaN entries are the missing ones; with one, entries where it is False may hold
-    anything and the observed entries must be finite (SPEC 1).
-    """
-    arr = _dense_array(X)
+def _mask(mask: Any, shape: tuple[int, ...]) -> np.ndarray | None:
+    """An in-memory boolean mask of ``shape``, or None."""
     if mask is None:
-        missing = np.isnan(arr)
-        observed = ~missing if missing.any() else None
-    else:
-        observed = np.asarray(_computed(mask))
-        if observed.dtype != bool:
-            raise InputError(f"mask must be boolean (True = observed), got dtype {observed.dtype}")
-        if observed.shape != arr.shape:
-            raise InputError(f"mask shape {observed.shape} differs from X shape {arr.shape}")
-    check_values("real", arr, "X", observed)
-    return (arr if observed is None else np.where(observed, arr, 0.0)), observed
+        return None
+    observed = np.asarray(mask.compute() if is_dask_array(mask) else mask)
+    _check_mask(observed.dtype, observed.shape, shape)
+    return observed
 
 
-def training_data(X, mask, kind: str) -> Data:
-    """Data for a fit: a store path as it is (checked to have the layout the model reads), anything
-    else in memory (``counts_matrix`` or ``dense_matrix``)."""
-    path = _store_path(X)
-    if path is not None:
-        if mask is not None:
-            raise InputError("mask is for in-memory arrays; a dataset store holds its own mask")
-        ds = Dataset(path)
-        layout = "csr" if kind == COUNTS else "dense"
-        if ds.layout != layout:
-            raise InputError(f"{path}: this model needs a store in the {layout} layout, this one is {ds.layout}")
-        return Data(path, ds.shape)
-    rows = memory_rows(X, mask, kind)
-    return Data(rows, rows.shape)
+def _check_mask(dtype: np.dtype, shape: tuple[int, ...], x_shape: tuple[int, ...]) -> None:
+    if dtype != bool:
+        raise InputError(f"mask must be boolean (True = observed), got dtype {dtype}")
+    if tuple(shape) != tuple(x_shape):
+        raise InputError(f"mask shape {tuple(shape)} differs from X shape {tuple(x_shape)}")
 
 
-def memory_rows(X, mask, kind: str) -> MemoryRows:
-    """Any accepted ``X`` (a store is read whole) as in-memory rows of the model's kind."""
-    path = _store_path(X)
-    if path is not None:
-        ds = Dataset(path)
-        rows = ds.read_rows(0, ds.n_rows)
-        X, mask = (rows.to_scipy(), None) if ds.layout == "csr" else (rows.X, rows.mask)
-    if kind == COUNTS:
-        if mask is not None:
-            raise InputError("count models take no mask: a sparse matrix stores its nonzero counts")
-        return MemoryRows(counts_matrix(X))
-    return MemoryRows(*dense_matrix(X, mask))
+def _dask_rows(X: Any, mask: Any, layout: str) -> ArrayRows:
+    """A dask array (and its mask) as lazy array rows, one chunk along the columns; only metadata is read."""
+    import dask.array as da
 
-
-def dense_rows(X, mask) -> tuple[np.ndarray, np.ndarray]:
-    """New rows for a dense model: X and a full mask (all True when nothing is missing)."""
-    rows = memory_rows(X, mask, DENSE)
-    return rows.X, np.ones(rows.shape, bool) if rows.mask is None else rows.mask
+    if any(np.isnan(size) for sizes in X.chunks for size in sizes):
+        raise InputError("X is a dask array of unknown chunk sizes; call X.compute_chunk_sizes() first")
+    _two_d(X.shape)
+    _not_complex(X.dtype)
+    if X.dtype.kind not in "biuf":
+        raise InputError(f"X must hold numbers, got dtype {X.dtype}")
+    X = X.rechunk({1: -1})
+    if mask is not None:
+        mask = mask if is_dask_array(mask) else np.asarray(mask)
+        _check_mask(mask.dtype, mask.shape, X.shape)
+        mask = mask.rechunk(X.chunks) if is_dask_array(mask) else da.from_array(mask, chunks=X.chunks)
+    return ArrayRows(X, mask, layout)

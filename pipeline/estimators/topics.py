@@ -19,12 +19,12 @@ import scipy.sparse as sp
 
 from buffet.kernels import bnmf, cnmf
 from buffet.kernels.bnmf import top_words, topic_word
-from buffet.pipeline.engine.dataset import MemoryRows, Source, count_blocks, row_ranges, source_of
+from buffet.pipeline.engine.dataset import Source, count_blocks, row_ranges
 from buffet.pipeline.engine.engine import Engine
 from buffet.pipeline.engine.runstore import RunStore
 from buffet.pipeline.engine.seeds import stream
 from buffet.pipeline.estimators.base import Estimator, engine_for
-from buffet.pipeline.estimators.inputs import COUNTS, memory_rows
+from buffet.pipeline.estimators.inputs import COUNTS, rows_of, source_for
 from buffet.pipeline.models.bnmf import BNMFConfig
 from buffet.pipeline.models.cnmf import CNMFConfig
 from buffet.pipeline.models.topics import TopicDriver
@@ -43,6 +43,9 @@ class _TopicModel(Estimator):
         driver = self._driver(config, source, engine)
         driver.start()
         self.trace_ = self._run(driver, config, run)
+        self._adopt(driver)
+
+    def _adopt(self, driver: TopicDriver) -> None:
         self.n_steps_ = len(self.trace_)
         self.vocab_ = driver.corpus.vocab
         self._keep(driver)
@@ -53,22 +56,23 @@ class _TopicModel(Estimator):
         the step ``fit`` takes for each minibatch. The first call initialises the globals as ``fit``
         does for a corpus of ``total_docs`` documents of this minibatch's mean length."""
         config = self._config()
-        m = memory_rows(X, None, COUNTS).X
+        source = source_for(X, None, COUNTS)
+        n_rows, n_cols = source.open().shape
         first = not hasattr(self, "n_features_in_")
         if not first:
-            self._check_columns(m.shape[1])
+            self._check_columns(n_cols)
         engine = engine_for(client)
-        driver = self._driver(config, source_of(MemoryRows(m)), engine)
+        driver = self._driver(config, source, engine)
         if first:
-            driver.start(n_tokens=m.sum() * total_docs / m.shape[0], n_docs=total_docs)
+            driver.start(n_tokens=driver.corpus.n_tokens * total_docs / n_rows, n_docs=total_docs)
             self.n_steps_, self.trace_, self.vocab_ = 0, [], None
         else:
             driver.set_globals({name: getattr(self, f"{name}_") for name in self.global_names})
-        blocks = count_blocks(engine, driver.corpus.source, row_ranges(m.shape[0], config.chunk_rows), NO_ROWS)
+        blocks = count_blocks(engine, source, row_ranges(n_rows, config.chunk_rows), NO_ROWS)
         driver.svi_update(blocks, self.n_steps_, total_docs)
         self.n_steps_ += 1
         self._keep(driver)
-        self.n_features_in_ = m.shape[1]
+        self.n_features_in_ = n_cols
         return self
 
     def _keep(self, driver: TopicDriver) -> None:
@@ -78,7 +82,7 @@ class _TopicModel(Estimator):
         self.components_ = topic_word(self.g_, self.h_)
 
     def _counts(self, X) -> sp.csr_matrix:
-        m = memory_rows(X, None, COUNTS).X
+        m = rows_of(X, None, COUNTS).to_scipy()
         self._check_columns(m.shape[1])
         return m
 

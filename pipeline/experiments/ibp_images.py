@@ -21,7 +21,7 @@ import numpy as np
 
 from buffet.kernels import imf
 from buffet.data.ibp_images import make_images
-from buffet.pipeline.engine.dataset import MemoryRows
+from buffet.pipeline.engine.dataset import ArrayRows
 from buffet.pipeline.models.imf import IMFConfig, INMFConfig, fit_to_end
 from buffet.pipeline.reports.plots import new_figure, save_figure
 from buffet.pipeline.experiments.common import fit_engine, markdown_table, write_csv, write_markdown, write_store
@@ -48,7 +48,7 @@ def oracle_evidence(x: np.ndarray, z: np.ndarray, config: IMFConfig) -> float:
     process on ``x`` as one block of rows (``models.imf.fit_to_end``); NaN if a true feature is pruned."""
     start = imf.new_feature_column(z, 1.0, 0.5)
     oracle = replace(config, max_k=z.shape[1], chunk_rows=x.shape[0], split=None)
-    k_plus, value = fit_to_end(oracle, MemoryRows(x), start=start).state.history[0]
+    k_plus, value = fit_to_end(oracle, ArrayRows(x), start=start).state.history[0]
     return value if k_plus == z.shape[1] else np.nan
 
 

@@ -40,7 +40,7 @@ import numpy as np
 from buffet.data.ibp_images import make_images
 from buffet.data.ibp_synthetic import image_data, noisy_or_data
 from buffet.kernels.metrics import base_error, zzt_error
-from buffet.pipeline.engine.dataset import MemoryRows, source_of
+from buffet.pipeline.engine.dataset import ArrayRows, source_of
 from buffet.pipeline.engine.process_executor import ProcessEngine
 from buffet.pipeline.models.gibbs import GibbsDriver, LGGibbsConfig, NoisyORGibbsConfig
 from buffet.pipeline.models.imf import IMFConfig, INMFConfig, fit_to_end
@@ -99,7 +99,7 @@ def measure(method: str, settings: Sequence[int], seeds: int, make_driver: Calla
 
 
 def filter_and_gibbs(pf_config: Callable[[int, int], object], gibbs_config: Callable[[int, int], object],
-                     rows: Callable[[int], MemoryRows], particles: Sequence[int], sweeps: Sequence[int], seeds: int,
+                     rows: Callable[[int], ArrayRows], particles: Sequence[int], sweeps: Sequence[int], seeds: int,
                      error: Callable[[dict[str, np.ndarray], int], float]) -> tuple[list[Point], list[Point]]:
     """The particle-filter and Gibbs curves; ``rows(seed)`` is the data of run ``seed``."""
     def factory(driver_cls: type, config: Callable[[int, int], object]) -> Callable[[int, int], Callable]:
@@ -222,7 +222,7 @@ def pf_images(out_dir: Path, seeds: int, quick: bool, proposal: str = LGParticle
     n_rows, particles, sweeps = (30, [1, 10, 100], [2, 5, 20]) if quick else \
         (100, [1, 10, 100, 500, 1000, 2500, 5000], [1, 2, 5, 10, 20, 50, 100, 200, 500, 1000])
     data = image_data(np.random.default_rng(0), n_rows=n_rows, noise_sd=0.5)
-    rows = MemoryRows(data.X)
+    rows = ArrayRows(data.X)
     pf, gibbs = filter_and_gibbs(
         lambda p, seed: LGParticleConfig(particles=p, blocks=1, alpha=1.0, sigma_x=0.5, sigma_a=1.0, seed=seed,
                                          proposal=proposal, moves=0),
@@ -248,7 +248,7 @@ def pf_noisy_or(out_dir: Path, seeds: int, quick: bool) -> list[Path]:
     settings = [1, 2, 5, 10, 20, 50, 100, 200, 500, 1000]
     particles, sweeps = ([1, 10, 50], [2, 5, 20]) if quick else (settings, settings)
     data = noisy_or_data(np.random.default_rng(0))
-    rows = MemoryRows(data.X.astype(np.float64))
+    rows = ArrayRows(data.X.astype(np.float64))
     pf, gibbs = filter_and_gibbs(
         lambda p, seed: NoisyORParticleConfig(particles=p, blocks=1, alpha=3.0, seed=seed, moves=0),
         lambda s, seed: NoisyORGibbsConfig(sweeps=s, chains=1, alpha=3.0, seed=seed),
@@ -307,7 +307,7 @@ def ibp_speed(out_dir: Path, seeds: int, quick: bool) -> list[Path]:
         lambda p, seed: LGParticleConfig(particles=p, blocks=1, alpha=1.0, sigma_x=sigma_x, sigma_a=1.0, seed=seed,
                                          moves=0),
         lambda s, seed: LGGibbsConfig(sweeps=s, chains=1, alpha=1.0, sigma_x=sigma_x, sigma_a=1.0, seed=seed),
-        lambda seed: MemoryRows(draws[seed][0]), particles, sweeps, seeds,
+        lambda seed: ArrayRows(draws[seed][0]), particles, sweeps, seeds,
         lambda post, seed: _base_error(draws[seed][2], post["A_mean"]))
     truths = [a for _, _, a in draws]
     curves = {"IMF": [_imf_point(IMFConfig, stores, truths, max_k)],

@@ -46,7 +46,7 @@ from buffet.data.errors import UserError
 from buffet.data.splits import EntrySample
 from buffet.data.store import DenseRows
 from buffet.kernels import imf, inmf
-from buffet.pipeline.engine.dataset import (MemoryRows, Source, dense_blocks, read_dense_chunk, read_seen_chunk,
+from buffet.pipeline.engine.dataset import (ArrayRows, Source, dense_blocks, read_dense_chunk, read_seen_chunk,
                                             row_ranges, source_of)
 from buffet.pipeline.engine.engine import BlockSet, Engine
 from buffet.pipeline.engine.process_executor import ProcessEngine
@@ -588,7 +588,7 @@ class IMFDriver(StatefulDriver):
         return np.concatenate([p for p, _ in parts]), np.concatenate([t for _, t in parts])
 
 
-def fit_to_end(config: IMFConfig, data: str | MemoryRows | Source, engine: Engine | None = None,
+def fit_to_end(config: IMFConfig, data: str | ArrayRows | Source, engine: Engine | None = None,
                start: np.ndarray | None = None) -> IMFDriver:
     """IMF/INMF fitted to the end without a run folder, on ``engine`` (default: this process), from K+ = 0
     or from the q(z) ``start`` (``IMFDriver.start``). On in-memory rows and an in-process engine this is

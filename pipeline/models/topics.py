@@ -27,7 +27,7 @@ import numpy as np
 from buffet.data.errors import UserError
 from buffet.data.store import CSRRows
 from buffet.kernels import bnmf
-from buffet.pipeline.engine.dataset import MemoryRows, Source, count_blocks, count_row_set, row_ranges, source_of
+from buffet.pipeline.engine.dataset import ArrayRows, Source, count_blocks, count_row_set, row_ranges, source_of
 from buffet.pipeline.engine.engine import BlockSet, Engine
 from buffet.pipeline.engine.seeds import stream
 from buffet.pipeline.engine.settings import (checkpoint_option, option, require_counts, require_positive,
@@ -109,7 +109,7 @@ class Corpus:
         return self.n_rows - len(self.held_out)
 
 
-def corpus_from_source(data: str | MemoryRows | Source, split: str | None, model: str = "Bayesian NMF") -> Corpus:
+def corpus_from_source(data: str | ArrayRows | Source, split: str | None, model: str = "Bayesian NMF") -> Corpus:
     """Describe the data of a fit of ``model``; refuses data a count model cannot take (SPEC 1)."""
     source = source_of(data)
     src = source.open()
@@ -122,8 +122,7 @@ def corpus_from_source(data: str | MemoryRows | Source, split: str | None, model
     if src.n_rows - len(held) < 1:
         raise UserError("no training documents left after the held-out split")
     vocab = src.strings("vocab") if source.url is not None else None
-    total = src.total() if source.url is not None else float(src.X.sum())
-    return Corpus(source, src.n_rows, src.n_cols, held, total, vocab)
+    return Corpus(source, src.n_rows, src.n_cols, held, src.total(), vocab)
 
 
 @dataclass

@@ -24,7 +24,7 @@ from buffet.data.errors import UserError
 from buffet.data.splits import entry_uniforms
 from buffet.data.store import DenseRows
 from buffet.kernels import imf, vfmf
-from buffet.pipeline.engine.dataset import MemoryRows, Source, dense_blocks, row_ranges, source_of
+from buffet.pipeline.engine.dataset import ArrayRows, Source, dense_blocks, row_ranges, source_of
 from buffet.pipeline.engine.engine import Engine
 from buffet.pipeline.engine.process_executor import ProcessEngine
 from buffet.pipeline.engine.loop import Position, run_loop
@@ -227,7 +227,7 @@ class VariationalDriver(StatefulDriver):
         return np.concatenate([p for p, _ in parts]), np.concatenate([t for _, t in parts])
 
 
-def fit_to_end(config: VFMFConfig, data: str | MemoryRows | Source, engine: Engine | None = None) -> VariationalDriver:
+def fit_to_end(config: VFMFConfig, data: str | ArrayRows | Source, engine: Engine | None = None) -> VariationalDriver:
     """VFMF/TVIMF fitted to the end without a run folder, on ``engine`` (default: this process)."""
     driver = VariationalDriver(config, source_of(data), ProcessEngine() if engine is None else engine)
     driver.start()

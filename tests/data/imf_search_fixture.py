@@ -18,7 +18,7 @@ import numpy as np
 
 from buffet.data.ibp_synthetic import planted_features
 from buffet.pipeline.engine import codec
-from buffet.pipeline.engine.dataset import MemoryRows, source_of
+from buffet.pipeline.engine.dataset import ArrayRows, source_of
 from buffet.pipeline.engine.process_executor import ProcessEngine
 from buffet.pipeline.engine.loop import Position, run_loop
 from buffet.pipeline.models.imf import IMFConfig, IMFDriver, INMFConfig
@@ -40,7 +40,7 @@ def config(name: str) -> IMFConfig:
 
 
 def driver(name: str) -> IMFDriver:
-    return IMFDriver(config(name), source_of(MemoryRows(planted(name))), ProcessEngine())
+    return IMFDriver(config(name), source_of(ArrayRows(planted(name))), ProcessEngine())
 
 
 def flat(prefix: str, value: object) -> dict[str, np.ndarray]:
