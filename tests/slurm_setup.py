@@ -1,5 +1,6 @@
 """What tests/test_slurm.py needs around deploy/slurm: its scripts' locations and the TLS module, whether a
-SLURM controller answers, the small corpus the fits use, and the job bookkeeping the tests look at."""
+SLURM controller answers and whether one must, the small corpus the fits use, and the job bookkeeping the tests
+look at."""
 
 from __future__ import annotations
 
@@ -20,6 +21,7 @@ from buffet.data.synthetic import bnmf_corpus
 SLURM_DIR = Path(__file__).resolve().parents[1] / "deploy" / "slurm"
 START_CLUSTER = SLURM_DIR / "start_cluster.py"
 SBATCH_WRAPPER = SLURM_DIR / "buffet.sbatch"
+REQUIRE_SLURM = "BUFFET_REQUIRE_SLURM"  # set to 1 (as `local-slurm.sh run` does): a missing SLURM fails the tests
 
 
 def deploy_module(name: str) -> ModuleType:
@@ -42,6 +44,11 @@ def slurm_missing() -> str | None:
     if answer.returncode != 0 or not answer.stdout.strip():
         return "no SLURM controller answers sinfo (deploy/slurm/local-slurm.sh up starts one)"
     return None
+
+
+def slurm_required() -> bool:
+    """Whether the SLURM tests must fail rather than skip when no SLURM answers."""
+    return os.environ.get(REQUIRE_SLURM) == "1"
 
 
 def write_corpus(folder: Path) -> Path:

@@ -5,7 +5,8 @@ sbatch wrapper, stopped by the walltime signal and continued by `buffet resume`,
 use TLS with credentials of their own, which every other client lacks.
 
 The tests marked ``slurm`` need ``sbatch`` on PATH and a controller that answers (deploy/slurm/local-slurm.sh
-up brings up a single-node SLURM); they are skipped otherwise. The TLS test without SLURM runs everywhere."""
+up brings up a single-node SLURM); they are skipped otherwise, or fail with BUFFET_REQUIRE_SLURM=1, which
+`local-slurm.sh run` in the README's test command sets. The TLS test without SLURM runs everywhere."""
 
 from __future__ import annotations
 
@@ -25,8 +26,8 @@ from buffet.pipeline.engine.process_executor import ProcessEngine
 from buffet.pipeline.engine.runs import fit_run
 from buffet.pipeline.engine.runstore import RunStore
 from helpers import assert_same, buffet, checkpoint, ctrl_c_as_in_a_terminal
-from slurm_setup import (SBATCH_WRAPPER, SLURM_DIR, START_CLUSTER, cluster_tls, deploy_module, job_environment, queued_jobs,
-                         slurm_missing, wait_until_gone, write_corpus)
+from slurm_setup import (REQUIRE_SLURM, SBATCH_WRAPPER, SLURM_DIR, START_CLUSTER, cluster_tls, deploy_module,
+                         job_environment, queued_jobs, slurm_missing, slurm_required, wait_until_gone, write_corpus)
 from worker_loss import checkpoint_step, cli, final_state, reference, wait_for_step
 
 # The fit of every test: batch Bayesian NMF, checkpoints every 2 steps; each test sets --max-iter.
@@ -46,6 +47,8 @@ def corpus(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture(scope="module")
 def slurm_up() -> None:
     reason = slurm_missing()
+    if reason and slurm_required():
+        pytest.fail(f"{reason}; {REQUIRE_SLURM}=1 requires SLURM", pytrace=False)
     if reason:
         pytest.skip(reason)
 
@@ -248,7 +251,7 @@ def test_sbatch_wrapper_stops_at_the_walltime_signal_and_resumes(slurm_up: None,
     """A fit inside one allocation (buffet.sbatch): SIGINT to the batch script, as `--signal=B:INT@120` sends
     before the walltime, leaves an interrupted run with a checkpoint and the resume line; `sbatch buffet.sbatch
     buffet resume RUN` then ends it with the in-process fit's numbers."""
-    fit = fit_args(corpus, 150)  # long enough to be seen at step 4, short enough to resume to its end
+    fit = fit_args(corpus, 60)  # long enough to be seen at step 4, short enough to resume to its end
     run = tmp_path / "run"
     env = {**job_environment(), "BUFFET_SLURM_DIR": str(SLURM_DIR), "BUFFET_TLS_DIR": str(tmp_path / "tls")}
     sbatch = ["sbatch", "--chdir", str(tmp_path), "--time", "10", str(SBATCH_WRAPPER)]

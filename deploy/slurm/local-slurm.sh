@@ -6,8 +6,13 @@
 #                                      is idle
 #   deploy/slurm/local-slurm.sh down   cancel the jobs still running, then stop the three daemons (by the
 #                                      process ids in their pid files)
+#   deploy/slurm/local-slurm.sh run COMMAND...
+#                                      `up`, COMMAND with BUFFET_REQUIRE_SLURM=1 (the SLURM tests then fail
+#                                      instead of skipping when no SLURM answers), then `down` whatever
+#                                      happened; exits with COMMAND's status (1 if `up` failed)
 #
-# Both are idempotent: `up` on a running SLURM only waits for the node, `down` on a stopped one does nothing.
+# `up` and `down` are idempotent: `up` on a running SLURM only waits for the node, `down` on a stopped one
+# does nothing.
 # Without systemd the daemons are started directly. Not for production: one partition, no accounting,
 # no cgroups.
 set -euo pipefail
@@ -126,8 +131,19 @@ down() {
     stop "$MUNGE_PID" munged
 }
 
+run() {  # run COMMAND...: COMMAND between `up` and `down`, its exit status kept
+    (($# > 0)) || die "usage: $0 run COMMAND..."
+    # `down` in a subshell: its failure is reported but leaves the exit status to COMMAND
+    trap '( down ) || say "could not take SLURM down; see $LOGS"' EXIT
+    up
+    local status=0
+    BUFFET_REQUIRE_SLURM=1 "$@" || status=$?
+    exit "$status"
+}
+
 case "${1:-}" in
     up) up ;;
     down) down ;;
-    *) die "usage: $0 up|down" ;;
+    run) shift; run "$@" ;;
+    *) die "usage: $0 up|down|run COMMAND..." ;;
 esac
