@@ -86,21 +86,21 @@ def _steps(driver: Driver, run: RunStore | None, position: Position, checkpoint_
             lambda: Snapshot(step, len(trace), copy.deepcopy(driver.global_arrays()), dict(driver.engine.states)))
         try:
             record = driver.step(step)
+            step += 1
+            record = {"step": step, **record, "seconds": time.perf_counter() - started}
+            trace.append(record)
+            progress.update(step, record)
+            done = driver.finished(step, trace)
+            stopping = stop_after is not None and step >= stop_after and not done
+            if done or stopping or step % checkpoint_every == 0:  # a checkpoint the lost workers cut short:
+                saved.write(driver, step, trace, record["seconds"])  # the step is tried again with it
         except ClusterFailure as exc:
-            failures[step] += 1
-            if failures[step] > MAX_FAILURES:
-                raise ClusterLostError(f"step {step + 1} failed {MAX_FAILURES} times as the cluster lost workers") \
-                    from exc
+            failures[snapshot.step] += 1
+            if failures[snapshot.step] > MAX_FAILURES:
+                raise ClusterLostError(f"step {snapshot.step + 1} failed {MAX_FAILURES} times as the cluster lost "
+                                       "workers") from exc
             step, trace = _recover(driver, saved, snapshot, trace, exc)
             continue
-        step += 1
-        record = {"step": step, **record, "seconds": time.perf_counter() - started}
-        trace.append(record)
-        progress.update(step, record)
-        done = driver.finished(step, trace)
-        stopping = stop_after is not None and step >= stop_after and not done
-        if done or stopping or step % checkpoint_every == 0:
-            saved.write(driver, step, trace, record["seconds"])
         if stopping:
             if run is not None:
                 run.set_status("interrupted")
