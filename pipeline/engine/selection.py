@@ -92,8 +92,8 @@ def choose_on_validation(candidates: list[Candidate], make_driver: DriverFactory
     folds = validation_folds(config)
     kind = source.open().kind
     widest = [widest_cap(candidates, i) for i in range(len(candidates))]
-    log.info("validation: %d candidates x %d folds (%s)", len(candidates), len(folds),
-             "in this process" if engine.kind == "process" else "as cluster tasks")
+    log.info("validation: %d candidates x %d folds, fitted side by side by the %s executor", len(candidates),
+             len(folds), engine.kind)
     results: dict[tuple[int, int], FoldResult] = {}
     for stage in (lambda i: widest[i] is None, lambda i: widest[i] is not None):
         todo = [(i, f) for i in range(len(candidates)) for f in range(len(folds)) if stage(i)
