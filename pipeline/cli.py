@@ -33,7 +33,7 @@ from buffet.pipeline.engine.codec import from_arrays
 from buffet.pipeline.engine.dask_executor import DaskEngine
 from buffet.pipeline.engine.dataset import source_of
 from buffet.pipeline.engine.engine import Engine
-from buffet.pipeline.engine.executor_choice import EXECUTORS, choose, stored_entries
+from buffet.pipeline.engine.executor_choice import EXECUTORS, Choice, choose, stored_entries
 from buffet.pipeline.engine.lease import DEFAULT_LIFETIME, LIFETIME_VARIABLE, check_free
 from buffet.pipeline.engine.messages import console, explain, logger, raise_terminated
 from buffet.pipeline.engine.process_executor import ProcessEngine
@@ -276,17 +276,22 @@ def engine_for(args: argparse.Namespace, model: str, data: Callable[[], Any] | N
     spec = spec_for(model)
     choice = choose(args.executor, cluster_named(args), lambda: None if data is None else stored_entries(data()),
                     spec.process_entries)
-    if not args.quiet:
-        logger("engine").info("executor: %s (%s)", "this process" if choice.executor == "process" else "Dask cluster",
-                              choice.reason)
     with single_threaded_blas():  # the driver's own arithmetic too, so both executors give the same numbers
         if choice.executor == "process":
+            _say_executor(args, "this process", choice)
             yield ProcessEngine(args.worker_timeout)
             return
         kind = args.worker_kind or spec.worker_kind
         with dask_client(args.workers, args.scheduler, quiet=args.quiet, worker_kind=kind, cluster=args.cluster,
                          dashboard_address=args.dashboard_address) as client:
+            _say_executor(args, "Dask cluster", choice)
             yield DaskEngine(client, worker_timeout=args.worker_timeout)
+
+
+def _say_executor(args: argparse.Namespace, where: str, choice: Choice) -> None:
+    """The progress line naming the executor a command runs on and why, once it is ready."""
+    if not args.quiet:
+        logger("engine").info("executor: %s (%s)", where, choice.reason)
 
 
 def config_from_args(args: argparse.Namespace):

@@ -141,6 +141,11 @@ def loss_stores(tmp_path_factory):
     return write_stores(tmp_path_factory.mktemp("loss"))
 
 
+# Dask's connect timeout for the hand-started clusters of the worker-loss tests and the commands they run:
+# the time a transfer to a worker that has just died may wait before it fails (30 s unless set).
+CONNECT_TIMEOUT = {"DASK_DISTRIBUTED__COMM__TIMEOUTS__CONNECT": "5s"}
+
+
 @pytest.fixture(scope="module")
 def hand_scheduler(tmp_path_factory):
     """A scheduler started by hand; the workers a test adds load the step gate whose file is ``gate.json`` in
@@ -149,7 +154,7 @@ def hand_scheduler(tmp_path_factory):
     from processes import HandStartedCluster
 
     root = tmp_path_factory.mktemp("cluster")
-    env = {**os.environ, step_gate.GATE_VARIABLE: str(root / "gate.json")}
+    env = {**os.environ, step_gate.GATE_VARIABLE: str(root / "gate.json"), **CONNECT_TIMEOUT}
     cluster = HandStartedCluster(root, env, worker_options=["--preload", step_gate.__file__])
     yield cluster
     cluster.close()

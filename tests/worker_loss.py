@@ -21,13 +21,16 @@ that it has had no worker for ``TIMEOUT`` seconds (it looks at the number of wor
 second), and the command marking the run interrupted, closing its client and exiting. From the kill to
 the exit took 1.1 to 2.1 s (``TIMEOUT`` included) for the eleven families on 2 cores under a load
 average of about 14; 15 s leaves room for a slower or busier machine and still fails a command that
-waits much longer than it was told to, or hangs.
+waits much longer than it was told to, or hangs. When the kill cuts a transfer short (the scheduler sending a
+shared value to a worker that has just died), that transfer fails only after Dask's connect timeout, which
+these clusters set to ``CONNECT_SECONDS``; the margin adds it.
 
 The scheduler is shared by the tests of a module; each test starts and kills its own workers
 (tests/conftest.py: ``hand_scheduler``, ``hand_cluster``, ``gate``, ``loss_stores``)."""
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import time
@@ -47,11 +50,13 @@ from buffet.pipeline.engine.runs import fit_run
 from buffet.pipeline.engine.runstore import RunStore
 from buffet.pipeline.reports.ibp import add_true_z
 from helpers import assert_same, checkpoint
+from conftest import CONNECT_TIMEOUT
 from processes import HandStartedCluster
 from step_gate import StepGate, checkpoint_step
 
 TIMEOUT = 1  # --worker-timeout of the runs that lose every worker, in seconds
-LOST_CLUSTER_MARGIN = 15  # seconds the command may take beyond TIMEOUT to stop (module docstring)
+CONNECT_SECONDS = 5  # Dask's connect timeout on the hand-started clusters (conftest.CONNECT_TIMEOUT)
+LOST_CLUSTER_MARGIN = CONNECT_SECONDS + 15  # seconds the command may take beyond TIMEOUT to stop (module docstring)
 
 # model -> (store, fit options). Every fit checkpoints every 2 steps and has 8 steps or more (the gate holds
 # it inside step 7; ``buffet resume`` runs the rest).
@@ -95,7 +100,7 @@ def cli(*args: object) -> list[str]:
 
 def start(*args: object) -> subprocess.Popen:
     return subprocess.Popen(cli(*args), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
-                            start_new_session=True)
+                            start_new_session=True, env={**os.environ, **CONNECT_TIMEOUT})
 
 
 def run_to_end(*args: object) -> None:

@@ -40,6 +40,9 @@ class ClusterLostError(UserError):
     """The Dask cluster could not finish a step: a worker died or left, or the scheduler went away."""
 
 
+CONNECT_TIMED_OUT = "Timed out trying to connect"  # how distributed's OSError for an unreachable peer begins
+
+
 def is_cluster_failure(exc: BaseException) -> bool:
     """True for the errors ``distributed`` raises when workers or the scheduler are lost mid-computation."""
     try:
@@ -50,6 +53,8 @@ def is_cluster_failure(exc: BaseException) -> bool:
         return False
     from concurrent.futures import CancelledError
 
+    if isinstance(exc, OSError) and str(exc).startswith(CONNECT_TIMED_OUT):
+        return True  # a transfer to or from a worker that died meanwhile
     return isinstance(exc, (FutureCancelledError, CancelledError, KilledWorker, CommClosedError))
 
 
