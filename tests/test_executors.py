@@ -78,3 +78,27 @@ def test_cli_says_which_executor_and_why(tmp_path, capsys):
     assert main([*fit, "--out", str(tmp_path / "forced"), "--executor", "cluster", "--workers", "1"]) == 0
     assert "executor: Dask cluster (--executor cluster)" in capsys.readouterr().err
     assert_same(checkpoint(RunStore(tmp_path / "auto")), checkpoint(RunStore(tmp_path / "forced")))
+
+
+def test_batch_jobs_started_afresh_give_the_numbers_of_this_process(tmp_path):
+    """With another thread running, the batch's job processes are started afresh (spawned) instead of forked;
+    they pin BLAS to one thread as this process does, so their validation fits match the fits made here."""
+    import threading
+
+    from buffet.pipeline.engine.process_executor import ProcessEngine
+    from buffet.pipeline.engine.selection import fit_fold, validation_folds
+    from buffet.pipeline.models.imf import IMFConfig
+    from buffet.pipeline.registry import spec_for
+
+    source = write(planted_binary(4, n=40, d=16), tmp_path / "x.zarr", None)
+    config = IMFConfig(select="validation", max_k=3, n_candidates=1, chunk_rows=16, tol=1e-3, max_iter=40)
+    jobs = [(config, spec_for("imf").make_driver, source, fold, "binary") for fold in validation_folds(config)]
+    stop = threading.Event()
+    other = threading.Thread(target=stop.wait)
+    other.start()
+    try:
+        spawned = ProcessEngine().batch(fit_fold, jobs)
+    finally:
+        stop.set()
+        other.join()
+    assert spawned == [fit_fold(*job) for job in jobs]

@@ -9,6 +9,7 @@ settings) run side by side on the machine's cores.
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import multiprocessing
 import os
@@ -20,6 +21,7 @@ from buffet.pipeline.engine.blas import single_threaded_blas
 from buffet.pipeline.engine.engine import BlockSet, Engine, Shared, add_stats, check_lengths, tree_reduce
 
 T = TypeVar("T")
+_PINNED = contextlib.ExitStack()  # what a job process holds for its whole life (``_job_process``)
 
 
 def _blocks(work: Callable[[], T]) -> T:
@@ -28,17 +30,24 @@ def _blocks(work: Callable[[], T]) -> T:
         return work()
 
 
-def _quiet_child() -> None:
-    """A job process leaves Ctrl-C and SIGTERM to the command that forked it, which ends the pool."""
+def _job_process() -> None:
+    """How a job process starts: Ctrl-C and SIGTERM are left to the command that started it, which ends the
+    pool, and BLAS runs on one thread for good (a started-afresh process does not inherit this process's limit,
+    and without it the jobs' numbers would differ from the same fits here)."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    _PINNED.enter_context(single_threaded_blas())
 
 
 def parallel_jobs(fn: Callable[..., T], args: Sequence[tuple], processes: int) -> list[T]:
-    """``[fn(*a) for a in args]`` in ``processes`` forked processes, results in the order of ``args``. Forked
-    children start at once with this process's modules and data. If this process is interrupted or a job
-    fails, the others are cancelled and the children ended before the error goes on."""
-    pool = multiprocessing.get_context("fork").Pool(processes, initializer=_quiet_child)
+    """``[fn(*a) for a in args]`` in ``processes`` worker processes, results in the order of ``args``. The
+    workers are forked (they start at once with this process's modules and data) when this process runs one
+    thread, and started afresh otherwise (forking a process with other threads, such as a run's lease
+    heartbeat or a user's Dask client, can leave a lock held in the child). If this process is interrupted
+    or a job fails, the other jobs are dropped and the workers ended before the error goes on."""
+    method = "fork" if threading.active_count() == 1 and "fork" in multiprocessing.get_all_start_methods() \
+        else "spawn"
+    pool = multiprocessing.get_context(method).Pool(processes, initializer=_job_process)
     try:
         results = pool.map(_star, [(fn, a) for a in args], chunksize=1)
     except BaseException:
@@ -102,13 +111,12 @@ class ProcessEngine(Engine):
         return blockset
 
     def batch(self, fn: Callable[..., T], args: Sequence[tuple]) -> list[T]:
-        """On every core of this machine: forked worker processes (``parallel_jobs``), or one after another
-        here when there is one core, one job, or another thread in this process (forking a process with
-        threads can deadlock the child)."""
-        if len(args) < 2 or (os.cpu_count() or 1) < 2 or threading.active_count() > 1 \
-                or "fork" not in multiprocessing.get_all_start_methods():
+        """On every core of this machine (``parallel_jobs``), or here, one after another, when there is one
+        core or one job."""
+        cores = os.cpu_count() or 1
+        if len(args) < 2 or cores < 2:
             return [fn(*a) for a in args]
-        return parallel_jobs(fn, args, min(len(args), os.cpu_count() or 1))
+        return parallel_jobs(fn, args, min(len(args), cores))
 
     def rebase(self, name: str, source: Callable[[], BlockSet]) -> None:
         """The values are already computed: nothing to forget."""
