@@ -279,7 +279,11 @@ def engine_for(args: argparse.Namespace, model: str, data: Callable[[], Any] | N
     with single_threaded_blas():  # the driver's own arithmetic too, so both executors give the same numbers
         if choice.executor == "process":
             _say_executor(args, "this process", choice)
-            yield ProcessEngine(args.worker_timeout)
+            engine = ProcessEngine(args.worker_timeout)
+            try:
+                yield engine
+            finally:
+                engine.close()
             return
         kind = args.worker_kind or spec.worker_kind
         with dask_client(args.workers, args.scheduler, quiet=args.quiet, worker_kind=kind, cluster=args.cluster,

@@ -194,6 +194,9 @@ class Engine(ABC):
         validation fit on a ``ProcessEngine``), run side by side where the executor can: on the cores of this
         machine, or as tasks of the cluster. ``fn`` and ``args`` must pickle."""
 
+    def close(self) -> None:
+        """Let go of what the executor started for itself (the process executor's job processes)."""
+
     # ----- recovery -----
     @abstractmethod
     def recovery_point(self, make: Callable[[], T]) -> T | None:

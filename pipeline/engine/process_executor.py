@@ -15,6 +15,7 @@ import multiprocessing
 import os
 import signal
 import threading
+import weakref
 from typing import Any, Callable, Sequence, TypeVar
 
 from buffet.pipeline.engine.blas import single_threaded_blas
@@ -39,24 +40,25 @@ def _job_process() -> None:
     _PINNED.enter_context(single_threaded_blas())
 
 
-def parallel_jobs(fn: Callable[..., T], args: Sequence[tuple], processes: int) -> list[T]:
-    """``[fn(*a) for a in args]`` in ``processes`` worker processes, results in the order of ``args``. The
-    workers are forked (they start at once with this process's modules and data) when this process runs one
-    thread, and started afresh otherwise (forking a process with other threads, such as a run's lease
-    heartbeat or a user's Dask client, can leave a lock held in the child). If this process is interrupted
-    or a job fails, the other jobs are dropped and the workers ended before the error goes on."""
+def job_pool(processes: int) -> Any:
+    """A pool of ``processes`` job processes (``ProcessEngine.batch``). They are forked (they start at once
+    with this process's modules and data) when this process runs one thread, and started afresh otherwise
+    (forking a process with other threads, such as a run's lease heartbeat, a store's I/O thread or a user's
+    Dask client, can leave a lock held in the child)."""
     method = "fork" if threading.active_count() == 1 and "fork" in multiprocessing.get_all_start_methods() \
         else "spawn"
-    pool = multiprocessing.get_context(method).Pool(processes, initializer=_job_process)
+    return multiprocessing.get_context(method).Pool(processes, initializer=_job_process)
+
+
+def run_jobs(pool: Any, fn: Callable[..., T], args: Sequence[tuple]) -> list[T]:
+    """``[fn(*a) for a in args]`` on ``pool``, results in the order of ``args``. If this process is
+    interrupted or a job fails, the pool is ended before the error goes on."""
     try:
-        results = pool.map(_star, [(fn, a) for a in args], chunksize=1)
+        return pool.map(_star, [(fn, a) for a in args], chunksize=1)
     except BaseException:
         pool.terminate()
         pool.join()
         raise
-    pool.close()
-    pool.join()
-    return results
 
 
 def _star(job: tuple[Callable, tuple]) -> Any:
@@ -68,6 +70,11 @@ class ProcessEngine(Engine):
     """The engine contract (``engine.engine``) in this process."""
 
     kind = "process"
+
+    def __init__(self, worker_timeout: float = 300.0):
+        super().__init__(worker_timeout)
+        self._pool: Any = None
+        self._closing: weakref.finalize | None = None
 
     def from_values(self, values: Sequence[Any]) -> BlockSet:
         return BlockSet(len(values), values=list(values))
@@ -111,12 +118,27 @@ class ProcessEngine(Engine):
         return blockset
 
     def batch(self, fn: Callable[..., T], args: Sequence[tuple]) -> list[T]:
-        """On every core of this machine (``parallel_jobs``), or here, one after another, when there is one
-        core or one job."""
+        """On every core of this machine, in job processes started at the first batch and kept for the next
+        (``job_pool``; ended by ``close``), or here, one after another, when there is one core or one job."""
         cores = os.cpu_count() or 1
         if len(args) < 2 or cores < 2:
             return [fn(*a) for a in args]
-        return parallel_jobs(fn, args, min(len(args), cores))
+        if self._pool is None:
+            self._pool = job_pool(cores)
+            self._closing = weakref.finalize(self, self._pool.terminate)
+        try:
+            return run_jobs(self._pool, fn, args)
+        except BaseException:
+            self._pool = None
+            raise
+
+    def close(self) -> None:
+        """End the job processes, if any were started."""
+        if self._pool is not None:
+            self._closing.detach()
+            self._pool.close()
+            self._pool.join()
+            self._pool = None
 
     def rebase(self, name: str, source: Callable[[], BlockSet]) -> None:
         """The values are already computed: nothing to forget."""

@@ -93,7 +93,11 @@ def fit_engine(client, source: Source, model_name: str) -> Iterator[Engine]:
             return
         choice = choose("auto", None, lambda: stored_entries(source.open()), spec.process_entries)
         if choice.executor == "process":
-            yield ProcessEngine()
+            engine = ProcessEngine()
+            try:
+                yield engine
+            finally:
+                engine.close()
             return
         with dask_client(quiet=True, worker_kind=spec.worker_kind) as started:
             yield DaskEngine(started)
