@@ -18,7 +18,7 @@ import sys
 import threading
 import typing
 from pathlib import Path
-from typing import Any, Callable, Iterator, Sequence
+from typing import Any, Callable, ContextManager, Sequence
 
 import numpy as np
 
@@ -26,14 +26,12 @@ from buffet.data.arrays import DEFAULT_ROWS_PER_CHUNK
 from buffet.data.errors import UserError
 from buffet.data.urls import exists, join, normalise, parse_storage_options, set_default_storage_options, write_bytes
 from buffet.kernels.bnmf import top_words, topic_mass
-from buffet.pipeline.engine.blas import single_threaded_blas
 from buffet.pipeline.engine.cluster import (CLUSTER_KINDS, DASHBOARD_ADDRESS, WORKER_KINDS, configured_scheduler,
                                             dask_client)
 from buffet.pipeline.engine.codec import from_arrays
-from buffet.pipeline.engine.dask_executor import DaskEngine
 from buffet.pipeline.engine.dataset import source_of
 from buffet.pipeline.engine.engine import Engine
-from buffet.pipeline.engine.executor_choice import EXECUTORS, Choice, choose, stored_entries
+from buffet.pipeline.engine.executor_choice import EXECUTORS, choose, chosen_engine, stored_entries
 from buffet.pipeline.engine.lease import DEFAULT_LIFETIME, LIFETIME_VARIABLE, check_free
 from buffet.pipeline.engine.messages import console, explain, logger, raise_terminated
 from buffet.pipeline.engine.process_executor import ProcessEngine
@@ -269,33 +267,24 @@ def cluster_named(args: argparse.Namespace) -> str | None:
     return "--worker-kind" if args.worker_kind else None
 
 
-@contextlib.contextmanager
-def engine_for(args: argparse.Namespace, model: str, data: Callable[[], Any] | None = None) -> Iterator[Engine]:
+def engine_for(args: argparse.Namespace, model: str, data: Callable[[], Any] | None = None) -> ContextManager[Engine]:
     """The engine a command runs ``model`` on: in this process or on a cluster (``executor_choice``; ``data()``
-    opens the job's data to measure it); the LocalCluster's worker kind defaults to ``model``'s."""
+    opens the job's data to measure it); the LocalCluster's worker kind defaults to ``model``'s. The progress
+    line names the executor and why once it is ready."""
     spec = spec_for(model)
     choice = choose(args.executor, cluster_named(args), lambda: None if data is None else stored_entries(data()),
                     spec.process_entries)
-    with single_threaded_blas():  # the driver's own arithmetic too, so both executors give the same numbers
-        if choice.executor == "process":
-            _say_executor(args, "this process", choice)
-            engine = ProcessEngine(args.worker_timeout)
-            try:
-                yield engine
-            finally:
-                engine.close()
-            return
-        kind = args.worker_kind or spec.worker_kind
-        with dask_client(args.workers, args.scheduler, quiet=args.quiet, worker_kind=kind, cluster=args.cluster,
-                         dashboard_address=args.dashboard_address) as client:
-            _say_executor(args, "Dask cluster", choice)
-            yield DaskEngine(client, worker_timeout=args.worker_timeout)
 
+    def announce(where: str) -> None:
+        if not args.quiet:
+            logger("engine").info("executor: %s (%s)", where, choice.reason)
 
-def _say_executor(args: argparse.Namespace, where: str, choice: Choice) -> None:
-    """The progress line naming the executor a command runs on and why, once it is ready."""
-    if not args.quiet:
-        logger("engine").info("executor: %s (%s)", where, choice.reason)
+    def cluster() -> ContextManager[Any]:
+        return dask_client(args.workers, args.scheduler, quiet=args.quiet,
+                           worker_kind=args.worker_kind or spec.worker_kind, cluster=args.cluster,
+                           dashboard_address=args.dashboard_address)
+
+    return chosen_engine(choice, cluster, args.worker_timeout, announce)
 
 
 def config_from_args(args: argparse.Namespace):

@@ -1,6 +1,6 @@
 """Helpers shared by several test modules: the command line in a fresh interpreter or in this process, a free
 local port, CSV tables, run checkpoints compared entry by entry, a run's restored driver, a correlated NMF
-corpus (SPEC 3.6), the estimators' small settings, and an array that dask may read only a chunk at a time."""
+corpus drawn from the correlated NMF model, the estimators' small settings, and an array that dask may read only a chunk at a time."""
 
 from __future__ import annotations
 

@@ -11,10 +11,12 @@ per model is measured by ``benchmarks/small_fits.py``. ``--executor process`` or
 
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any, Callable, ContextManager, Iterator
 
 from buffet.data.errors import UserError
+from buffet.pipeline.engine.blas import single_threaded_blas
 from buffet.pipeline.engine.dask_executor import DaskEngine
 from buffet.pipeline.engine.engine import Engine
 from buffet.pipeline.engine.process_executor import ProcessEngine
@@ -56,6 +58,26 @@ def stored_entries(dataset: Any) -> int:
     """The entries a fit reads: a count store's nonzeros, a dense store's rows x columns (its mask is not
     read for this), in-memory rows likewise."""
     return dataset.nnz() if dataset.layout == "csr" else dataset.n_rows * dataset.n_cols
+
+
+@contextlib.contextmanager
+def chosen_engine(choice: Choice, cluster: Callable[[], ContextManager[Any]], worker_timeout: float = 300.0,
+                  announce: Callable[[str], None] = lambda where: None) -> Iterator[Engine]:
+    """The engine ``choice`` names, for the time of a ``with`` block: this process's (its job processes ended
+    after it), or one on the client ``cluster()`` gives. ``announce(where)`` is told once the engine is
+    ready. Block arithmetic and the driver's own run on a one-thread BLAS, so both give the same numbers."""
+    with single_threaded_blas():
+        if choice.executor == "process":
+            announce("this process")
+            engine = ProcessEngine(worker_timeout)
+            try:
+                yield engine
+            finally:
+                engine.close()
+            return
+        with cluster() as client:
+            announce("Dask cluster")
+            yield DaskEngine(client, worker_timeout)
 
 
 def engine_on(client: Any, worker_timeout: float = 300.0) -> Engine:

@@ -24,7 +24,7 @@ import typing
 import zlib
 from dataclasses import asdict, fields
 from pathlib import Path
-from typing import Any, ClassVar, Iterator
+from typing import Any, ClassVar, ContextManager
 
 import numpy as np
 
@@ -33,14 +33,11 @@ from buffet.data.errors import InputError, StoreError, UserError
 from buffet.data.store import CSRRows
 from buffet.data.urls import join, normalise
 from buffet.kernels.bmf import RowStreams
-from buffet.pipeline.engine.blas import single_threaded_blas
 from buffet.pipeline.engine.cluster import dask_client
-from buffet.pipeline.engine.dask_executor import DaskEngine
 from buffet.pipeline.engine.dataset import Source, source_of
 from buffet.pipeline.engine.engine import Engine
-from buffet.pipeline.engine.executor_choice import choose, engine_on, stored_entries
+from buffet.pipeline.engine.executor_choice import Choice, choose, chosen_engine, engine_on, stored_entries
 from buffet.pipeline.engine.loop import Driver, Position, run_loop
-from buffet.pipeline.engine.process_executor import ProcessEngine
 from buffet.pipeline.engine.runs import restored, run_source, settle_config
 from buffet.pipeline.engine.runstore import RunStore
 from buffet.pipeline.engine.seeds import stream
@@ -80,27 +77,15 @@ def engine_for(client) -> Engine:
     return engine_on(client)
 
 
-@contextlib.contextmanager
-def fit_engine(client, source: Source, model_name: str) -> Iterator[Engine]:
+def fit_engine(client, source: Source, model_name: str) -> ContextManager[Engine]:
     """The engine of a ``fit``: on ``client``'s cluster when one is given, else chosen as ``buffet fit`` chooses
     (``engine.executor_choice``): in this process for small data, on an embedded LocalCluster, started for
-    this fit and closed after it, for large. Block arithmetic and the driver's own run on a one-thread BLAS,
-    so the numbers are those of the CLI."""
+    this fit and closed after it, for large."""
     spec = spec_for(model_name)
-    with single_threaded_blas():
-        if client is not None:
-            yield DaskEngine(client)
-            return
-        choice = choose("auto", None, lambda: stored_entries(source.open()), spec.process_entries)
-        if choice.executor == "process":
-            engine = ProcessEngine()
-            try:
-                yield engine
-            finally:
-                engine.close()
-            return
-        with dask_client(quiet=True, worker_kind=spec.worker_kind) as started:
-            yield DaskEngine(started)
+    if client is not None:
+        return chosen_engine(Choice("cluster", "client given"), lambda: contextlib.nullcontext(client))
+    choice = choose("auto", None, lambda: stored_entries(source.open()), spec.process_entries)
+    return chosen_engine(choice, lambda: dask_client(quiet=True, worker_kind=spec.worker_kind))
 
 
 def row_streams(seed: int, X: np.ndarray, mask: np.ndarray) -> RowStreams:

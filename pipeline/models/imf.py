@@ -19,7 +19,7 @@ planted data is a blend of several true ones, and later growth steps never split
 Every row update first takes the row's best exchange of two features' q(z) (``kernels.imf.swap_rows``),
 a move coordinate ascent cannot make between similar features.
 
-State (issue #11): q(z) is the named per-block state "nu"; the driver's client-side values are one
+State: q(z) is the named per-block state "nu"; the driver's client-side values are one
 ``IMFState``. The search keeps up to three saved states: "best", the best converged state so far;
 "base", the converged state a growth step started from; "leader", the best candidate of the growth
 step. Each is its evidence, column posteriors and statistics in the ``IMFState`` plus its q(z) as the
