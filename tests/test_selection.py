@@ -135,15 +135,19 @@ class CountingEngine(ProcessEngine):
         return [fn(*a) for a in args]
 
 
-def test_a_cap_the_search_never_met_is_not_fitted_again(tmp_path):
-    """A candidate that only lowers the cap on K+ copies the fit of the highest cap in the folds whose search
-    stayed below it: the record is the one fitting every candidate gives, with fewer fits."""
+def test_lower_caps_are_read_off_the_fit_under_the_highest_cap(tmp_path):
+    """A candidate that only lowers the cap on K+ is not fitted: the fit under the highest cap gives its
+    result, where that fit's search first held the lower cap or, if it never did, at its end. The record is
+    the one fitting every candidate gives, with one fit per fold for each setting of the offsets."""
     source = write(planted_binary(2), tmp_path / "x.zarr", None)
     config = IMFConfig(select="validation", max_k=20, n_candidates=1, chunk_rows=16, tol=1e-3, max_iter=60)
     candidates = structural_candidates(config)
     engine = CountingEngine()
     _, record = choose_on_validation(candidates, spec_for("imf").make_driver, config, source, engine)
-    every = [candidate_record(c, [fit_fold(c.config(config), spec_for("imf").make_driver, source, fold, "binary")
+    every = [candidate_record(c, [fit_fold(c.config(config), spec_for("imf").make_driver, source, fold, "binary")[0]
                                   for fold in validation_folds(config)]) for c in candidates]
     assert record["candidates"] == every
-    assert engine.fits < len(candidates) * config.validation_folds
+    capped = [r for r, c in zip(every, candidates) if c.settings["max_k"] < config.max_k]
+    assert any(k == c["settings"]["max_k"] for c in capped for k in c["k_plus"])  # a cap the search held
+    assert any(k < c["settings"]["max_k"] for c in capped for k in c["k_plus"])  # and one it never met
+    assert engine.fits == 2 * config.validation_folds

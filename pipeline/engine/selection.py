@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
 import numpy as np
 
@@ -86,25 +86,22 @@ def choose_on_validation(candidates: list[Candidate], make_driver: DriverFactory
     entries, score its predictions of them, and return the config of the candidate chosen by the
     one-standard-error rule on the mean scores (``one_standard_error_choice``), with the record of the
     choice. The fits are independent jobs of ``engine.batch``: side by side on this machine's cores, or as
-    tasks of the cluster. A candidate that only lowers a cap on K+ is fitted after the one with the highest
-    cap (``widest``), and only in the folds where that fit's K+ reached the lower cap: elsewhere the search
-    never met the cap, so the fit would be the same one."""
+    tasks of the cluster. A candidate that only lowers a cap on K+ is not fitted on its own: the fit under the
+    highest cap (``widest_cap``) gives its result too (``fit_fold``)."""
     folds = validation_folds(config)
     kind = source.open().kind
     widest = [widest_cap(candidates, i) for i in range(len(candidates))]
-    log.info("validation: %d candidates x %d folds, fitted side by side by the %s executor", len(candidates),
-             len(folds), engine.kind)
+    fitted = [i for i in range(len(candidates)) if widest[i] is None]
+    lower = {i: [j for j in range(len(candidates)) if widest[j] == i] for i in fitted}
+    log.info("validation: %d candidates x %d folds, %d fits side by side by the %s executor", len(candidates),
+             len(folds), len(fitted) * len(folds), engine.kind)
+    todo = [(i, f) for i in fitted for f in range(len(folds))]
+    done = engine.batch(fit_fold, [(candidates[i].config(config), make_driver, source, folds[f], kind,
+                                    [candidates[j].settings[candidates[j].cap] for j in lower[i]]) for i, f in todo])
     results: dict[tuple[int, int], FoldResult] = {}
-    for stage in (lambda i: widest[i] is None, lambda i: widest[i] is not None):
-        todo = [(i, f) for i in range(len(candidates)) for f in range(len(folds)) if stage(i)
-                and not _same_fit(candidates[i], results.get((widest[i], f)) if widest[i] is not None else None)]
-        done = engine.batch(fit_fold, [(candidates[i].config(config), make_driver, source, folds[f], kind)
-                                       for i, f in todo])
-        results.update(zip(todo, done))
-        for i in range(len(candidates)):
-            for f in range(len(folds)):
-                if stage(i) and (i, f) not in results:
-                    results[i, f] = results[widest[i], f]
+    for (i, f), fold_results in zip(todo, done):
+        for j, result in zip([i] + lower[i], fold_results):
+            results[j, f] = result
     scored = [candidate_record(candidate, [results[i, f] for f in range(len(folds))])
               for i, candidate in enumerate(candidates)]
     for i, record in enumerate(scored):
@@ -129,12 +126,6 @@ def widest_cap(candidates: list[Candidate], i: int) -> int | None:
     return j if candidates[j].settings[candidate.cap] > candidate.settings[candidate.cap] else None
 
 
-def _same_fit(candidate: Candidate, wider: "FoldResult | None") -> bool:
-    """Whether ``candidate``'s fit of a fold is the fit ``wider`` already made under a higher cap: its search
-    never held a K+ at the candidate's cap (``FoldResult.peak``)."""
-    return wider is not None and wider.peak is not None and wider.peak < candidate.settings[candidate.cap]
-
-
 def one_standard_error_choice(scored: list[dict]) -> tuple[int, float]:
     """The first candidate (in preference order) whose mean score is within one standard error of the
     best mean, and that standard error (the spread of the best candidate's fold scores over sqrt(folds);
@@ -150,26 +141,33 @@ def one_standard_error_choice(scored: list[dict]) -> tuple[int, float]:
 @dataclass(frozen=True)
 class FoldResult:
     """One validation fit (``fit_fold``): the metric, the score of its predictions of the fold's entries,
-    K+, how many entries the fold holds, and the largest K+ its search held (``peak_k_plus``; None for a
-    model without a K+ search)."""
+    K+, and how many entries the fold holds."""
 
     metric: str
     score: float
     k_plus: int
     entries: int
-    peak: int | None
 
 
-def fit_fold(config: Any, make_driver: DriverFactory, source: Source, fold: EntrySample, kind: str) -> FoldResult:
+def fit_fold(config: Any, make_driver: DriverFactory, source: Source, fold: EntrySample, kind: str,
+             lower_caps: Sequence[int] = ()) -> list[FoldResult]:
     """One validation fit (a job of ``Engine.batch``): ``config`` fitted in this process without the entries
-    of ``fold``."""
+    of ``fold``; its result, then the result of the same fit under each cap on K+ in ``lower_caps``, read
+    off this one (``IMFDriver.watch_caps``): a cap the search never held gives this fit's result."""
     driver = make_driver(config, source, ProcessEngine(), validation=fold)
+    if lower_caps:
+        driver.watch_caps(lower_caps)
     driver.start()
     run_loop(driver, None, Position(), config.checkpoint_every, quiet=True)
-    predicted, truth = driver.predictions()
+    own = fold_result(kind, *driver.predictions(), int(driver.k_plus))
+    return [own] + [fold_result(kind, *driver.fits_at_caps[cap]) if cap in driver.fits_at_caps else own
+                    for cap in lower_caps]
+
+
+def fold_result(kind: str, predicted: np.ndarray, truth: np.ndarray, k_plus: int) -> FoldResult:
+    """The score of one fit's predictions of a fold's entries (``validation_score``)."""
     metric, value = validation_score(kind, predicted, truth)
-    peak = driver.peak_k_plus() if hasattr(driver, "peak_k_plus") else None
-    return FoldResult(metric, value, int(driver.k_plus), int(truth.size), peak)
+    return FoldResult(metric, value, k_plus, int(truth.size))
 
 
 def candidate_record(candidate: Candidate, folds: list[FoldResult]) -> dict:

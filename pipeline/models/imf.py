@@ -38,7 +38,7 @@ keeping them as state.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Generator, Mapping
+from typing import Any, Generator, Mapping, Sequence
 
 import numpy as np
 
@@ -337,14 +337,20 @@ class IMFDriver(StatefulDriver):
         self.blocks = engine.hold(rows)
         self.state = IMFState()
         self._search: Generator[None, float, None] | None = None  # ``_search_loop`` at the run under way
+        self._watched: list[int] = []
+        self.fits_at_caps: dict[int, tuple[np.ndarray, np.ndarray, int]] = {}  # ``watch_caps``
 
     @property
     def k_plus(self) -> int:
         return int(self.state.post["m"].shape[1])
 
-    def peak_k_plus(self) -> int:
-        """The largest K+ the search held against ``max_k`` (its history): a lower cap above it changes nothing."""
-        return max(k for k, _ in self.state.history)
+    def watch_caps(self, caps: Sequence[int]) -> None:
+        """Record, for each cap on K+ in ``caps`` (below ``max_k``), what a fit with that cap would end with
+        (``fits_at_caps``). Until its search first holds a K+ at the cap, a capped fit takes the same steps as
+        this one; there it stops and keeps its best state so far (``_search_loop``), so one fit under the highest
+        cap gives the fits under every lower one."""
+        self._watched = sorted(int(c) for c in caps)
+        self.fits_at_caps = {}
 
     def _fit_offsets(self, rows: BlockSet, reg: float) -> tuple[BlockSet, np.ndarray]:
         """Row offsets (per block) and column offsets by alternating ridge updates. The column offsets go
@@ -464,6 +470,7 @@ class IMFDriver(StatefulDriver):
                 state.best, state.failures = self._save("best", evidence), 0
             else:
                 state.failures += 1
+            self._record_caps()
             if not grew or state.failures >= config.patience or self.k_plus >= config.max_k:
                 break
             self._start_growth()
@@ -471,6 +478,14 @@ class IMFDriver(StatefulDriver):
         self._load("best", state.best)
         self.engine.drop("best_nu")
         state.done = True
+
+    def _record_caps(self) -> None:
+        """For each watched cap the search now holds for the first time, the predictions, truths and K+ of the
+        best state so far: where a fit with that cap stops (``watch_caps``)."""
+        best = self.state.best
+        for cap in [c for c in self._watched if c not in self.fits_at_caps and self.k_plus >= c]:
+            predicted, truth = self._predict(self.engine.state("best_nu"), best.post["m"])
+            self.fits_at_caps[cap] = (predicted, truth, int(best.post["m"].shape[1]))
 
     def _grow_on(self) -> Generator[None, float, tuple[float, bool]]:
         """The growth step under way, from its candidate under way: each candidate converges in turn and the
@@ -580,11 +595,16 @@ class IMFDriver(StatefulDriver):
         ``validation``, else the held-out entries of the split."""
         if not self.split and self.validation is None:
             raise UserError(f"{self.source}: no held-out entries to evaluate (ingest with --holdout)")
+        return self._predict(self.engine.state("nu"), self.state.post["m"])
+
+    def _predict(self, nu: BlockSet, m: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Predictions and truths of the target entries (``predictions``) from q(z) ``nu`` and the loadings' mean
+        ``m``."""
         engine = self.engine
         targets = engine.generate(target_rows, [(self.source.part(r0, r1), r0, r1, self.split,
                                                  self.validation) for r0, r1 in self.ranges])
-        parts = engine.collect(engine.map(predict_task, targets, engine.state("nu"), self.row_off,
-                                         engine.share(self.state.post["m"]), engine.share(self.col_off)))
+        parts = engine.collect(engine.map(predict_task, targets, nu, self.row_off, engine.share(m),
+                                         engine.share(self.col_off)))
         return np.concatenate([p for p, _ in parts]), np.concatenate([t for _, t in parts])
 
 
