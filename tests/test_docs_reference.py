@@ -49,30 +49,30 @@ class OptionCells(HTMLParser):
 
     def __init__(self) -> None:
         super().__init__()
-        self.sections: list[str] = []
-        self.depth: list[str] = []         # the open tags that matter: section, table, tr, td
-        self.cell = 0                      # 1-based column of the open cell of an option table's row
+        self.sections: list[str] = []      # ids of the open sections, innermost last
+        self.in_table = False              # inside an option table
+        self.cell = 0                      # 1-based column of the open cell of the table's row
         self.options: dict[str, set[str]] = {}
 
     def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
         attributes = dict(attrs)
         if tag == "section":
             self.sections.append(attributes.get("id") or "")
-        elif tag == "table" and OPTION_TABLE in (attributes.get("class") or "").split():
-            self.depth.append("table")
-        elif tag == "tr" and self.depth[-1:] == ["table"]:
+        elif tag == "table":
+            self.in_table = OPTION_TABLE in (attributes.get("class") or "").split()
+        elif tag == "tr":
             self.cell = 0
-        elif tag == "td" and "table" in self.depth:
+        elif tag == "td":
             self.cell += 1
 
     def handle_endtag(self, tag: str) -> None:
         if tag == "section":
             self.sections.pop()
-        elif tag == "table" and "table" in self.depth:
-            self.depth.pop()
+        elif tag == "table":
+            self.in_table = False
 
     def handle_data(self, data: str) -> None:
-        if "table" in self.depth and self.cell == 1:
+        if self.in_table and self.cell == 1:
             words = re.findall(r"(?<![\w-])--?[A-Za-z][\w-]*", data)
             self.options.setdefault(self.sections[-1], set()).update(words)
 
