@@ -9,16 +9,21 @@ MathJax, so the built site needs no network when it is opened.
 from __future__ import annotations
 
 import shutil
+import sys
 from pathlib import Path
 
 import buffet
+
+# docs/_ext: this site's own extensions (the command-line reference, the estimators' parameters)
+sys.path.insert(0, str(Path(__file__).parent / "_ext"))
 
 project = "buffet"
 author = "the buffet developers"
 copyright = "2026, the buffet developers"
 release = buffet.__version__
 
-extensions = ["myst_nb", "sphinx.ext.autodoc", "sphinx.ext.napoleon", "sphinx.ext.mathjax"]
+extensions = ["myst_nb", "sphinx.ext.autodoc", "sphinx.ext.napoleon", "sphinx.ext.mathjax", "cli_reference",
+              "estimator_params"]
 myst_enable_extensions = ["dollarmath", "amsmath", "colon_fence", "deflist"]
 myst_heading_anchors = 3
 exclude_patterns = ["_build", "jupyter_execute", "**.ipynb_checkpoints"]

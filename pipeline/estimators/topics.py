@@ -52,7 +52,7 @@ class _TopicModel(Estimator):
 
     def partial_fit(self, X, y=None, *, total_docs: int = 1_000_000, client=None) -> "_TopicModel":
         """One SVI step with the rows of ``X`` as the minibatch of a corpus of ``total_docs`` documents
-        (eqs. 11.33-11.35, sums scaled by total_docs / |batch|), through the driver's ``svi_update``:
+        (eqs. 11.33-11.35, sums scaled by ``total_docs`` over the rows of ``X``), through the driver's ``svi_update``:
         the step ``fit`` takes for each minibatch. The first call initialises the globals as ``fit``
         does for a corpus of ``total_docs`` documents of this minibatch's mean length."""
         config = self._config()
@@ -128,7 +128,7 @@ class CorrelatedNMF(_TopicModel):
     ``CNMFConfig``.
 
     Fitted: ``components_`` (K x V topic-word probabilities), ``L_`` (K x m topic locations),
-    ``correlation_`` (K x K, corr(i, j) = l_i . l_j / |l_i| |l_j|), ``g_``, ``h_``, ``trace_``, ``vocab_``.
+    ``correlation_`` (K x K, ``corr(i, j) = l_i . l_j / (|l_i| |l_j|)``), ``g_``, ``h_``, ``trace_``, ``vocab_``.
     """
 
     config_cls = CNMFConfig
