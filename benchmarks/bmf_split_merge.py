@@ -1,4 +1,4 @@
-"""Issue 13 item 4: the posterior of K+ and L+ on the bars with and without BMF split-merge moves.
+"""The posterior of K+ and L+ on the bars with and without BMF split-merge moves.
 
 For each seed, the bars data of ``buffet reproduce bmf-bars`` (``data.bmf_data.bars_data``: U from
 IBP(alpha = 2), V the 16 bars, a quarter of the bottom halves missing) is fitted by the BMF driver

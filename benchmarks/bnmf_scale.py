@@ -1,4 +1,4 @@
-"""Issue 2 scale benchmark: generate a NYT-shaped UCI docword file, ingest it with
+"""Scale benchmark of Bayesian NMF: generate a NYT-shaped UCI docword file, ingest it with
 ``buffet ingest uci`` and stream it through one SVI pass with ``buffet fit bnmf``, recording
 wall time and peak memory of each stage. Each stage runs as its own ``buffet`` command in a
 subprocess; peak memory is the largest sum of resident memory over that command's process

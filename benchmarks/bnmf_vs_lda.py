@@ -1,4 +1,4 @@
-"""Issue 2 benchmark: one pass of buffet's Bayesian NMF SVI against scikit-learn's and
+"""One pass of buffet's Bayesian NMF SVI against scikit-learn's and
 gensim's online LDA on the same stored corpus: speed, peak memory and held-out quality.
 
 One system per invocation (so peak memory is that system's alone); every run appends one

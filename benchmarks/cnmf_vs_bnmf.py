@@ -1,8 +1,8 @@
-"""Issue 13 item 5: correlated NMF against Bayesian NMF, one SVI pass each on the same LDA-generated corpus
+"""Correlated NMF against Bayesian NMF, one SVI pass each on the same LDA-generated corpus
 in one run: documents per second and held-out per-word log likelihood (targets: CNMF docs/s >= 0.5x
 BNMF's, CNMF held-out LL >= BNMF's).
 
-The corpus is issue 14's: 55,000 LDA documents (V = 8000, Poisson(300) tokens each, as many generating
+The corpus is the one of ``run_peers.sh``: 55,000 LDA documents (V = 8000, Poisson(300) tokens each, as many generating
 topics as --k), 5,000 of them held out as whole documents (1/11 of --docs). It is written as a UCI docword
 file and ingested with ``buffet ingest uci`` into WORKDIR, once; later runs reuse it (or pass --store).
 

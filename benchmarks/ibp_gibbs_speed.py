@@ -1,4 +1,4 @@
-"""Collapsed Gibbs for the linear-Gaussian IBP model on the paper-001 figure-3 data (issue 4).
+"""Collapsed Gibbs for the linear-Gaussian IBP model on the paper-001 figure-3 data.
 
 For each seed: N = 100 rows of the four 6x6 images with noise sigma 0.5, a chain started with no
 features at alpha = sigma_X = sigma_A = 1, every hyperparameter resampled each sweep

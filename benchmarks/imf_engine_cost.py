@@ -1,7 +1,7 @@
-"""Issue 14 target 3: what buffet's engine costs an IMF or INMF alternation, against the same updates as a
+"""What buffet's engine costs an IMF or INMF alternation, against the same updates as a
 plain NumPy loop in one process.
 
-One alternation at a fixed K (SPEC 3.1, 3.2; ``pipeline.models.imf.IMFDriver.step``) is: the column
+One alternation at a fixed K (``pipeline.models.imf.IMFDriver.step``) is: the column
 posteriors from the summed statistics (``model.column_update``, on the client), the row step of every row
 chunk (``pipeline.models.imf.row_task``: ``kernels.imf.row_step`` with the pairwise exchanges, returning the
 chunk's new q(z) and its statistics), the statistics summed, the pruning test and the evidence
@@ -97,7 +97,7 @@ def random_nu(n_rows: int, k: int, seed: int) -> np.ndarray:
 
 
 def summed_stats(chunks: Chunks, nu: NuChunks) -> dict:
-    """The statistics of q(z) summed over the chunks (``kernels.imf.chunk_stats``, SPEC 3.1)."""
+    """The statistics of q(z) summed over the chunks (``kernels.imf.chunk_stats``)."""
     return functools.reduce(add_stats, [stats_task(c, n) for c, n in zip(chunks, nu)])
 
 
@@ -112,7 +112,7 @@ class PlainState:
 
 def plain_start(config: IMFConfig, chunks: Chunks, nu0: np.ndarray) -> PlainState:
     """``IMFDriver.start(nu0)`` in plain NumPy: the K+ = 0 column posteriors, then K0 features added to
-    them, and the statistics of ``nu0`` (SPEC 3.1)."""
+    them, and the statistics of ``nu0``."""
     model, hyper = config.model(), config.hyper()
     post = model.initial_post(summed_stats(chunks, [empty_nu_task(c) for c in chunks]), hyper)
     for _ in range(nu0.shape[1]):
@@ -130,7 +130,7 @@ def untimed(name: str, fn: Callable) -> Callable:
 
 
 def plain_alternation(config: IMFConfig, chunks: Chunks, state: PlainState, timed: Timer = untimed) -> float:
-    """One alternation of ``IMFDriver.step`` at a fixed K in plain NumPy (SPEC 3.1 / 3.2, paper 000
+    """One alternation of ``IMFDriver.step`` at a fixed K in plain NumPy (paper 000,
     Algorithm 1): column update, row step of every chunk, statistics summed, evidence. Updates ``state``
     and returns L(q; K). Refuses to prune (the comparison is at a fixed K). ``timed`` wraps each piece
     (``StepClock.wrap`` for the profile)."""
@@ -256,7 +256,7 @@ def driver_values(config: IMFConfig, store: Path, nu0: np.ndarray, steps: int,
 # ----- compare -----
 
 def scale_store(args: argparse.Namespace, base: dict) -> Path:
-    """The store of ``imf_masked_scale.py`` at the issue's size, written unless it is there."""
+    """The store of ``imf_masked_scale.py`` at its default size, written unless it is there."""
     store = Path(args.workdir) / f"masked{args.rows}x{args.cols}.zarr"
     if not store.exists():
         t0 = time.perf_counter()

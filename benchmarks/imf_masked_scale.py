@@ -1,7 +1,7 @@
-"""Issue 3 scale benchmark: IMF (and INMF) on a masked 100k x 1000 linear-Gaussian matrix with K+ = 10.
+"""Scale benchmark: IMF (and INMF) on a masked 100k x 1000 linear-Gaussian matrix with K+ = 10.
 
-Data (SPEC 3.1 model): Z ~ Bernoulli(0.3) (N x 10), A ~ N(0, 1) (10 x D), or with ``--nonnegative``
-|N(0, 1)| (the truncated Gaussian of INMF's prior, SPEC 3.2), X = Z A + N(0, 0.25) noise; each entry
+Data (IMF's model): Z ~ Bernoulli(0.3) (N x 10), A ~ N(0, 1) (10 x D), or with ``--nonnegative``
+|N(0, 1)| (the truncated Gaussian of INMF's prior), X = Z A + N(0, 0.25) noise; each entry
 is missing with probability ``--missing`` (the mask) and each observed entry is held out with
 probability 1% (the store's ``heldout`` split of entries, which ``buffet evaluate`` scores). A is
 drawn once; the rows are drawn, checked and appended one chunk of ``--chunk-rows`` at a time with the
@@ -146,7 +146,7 @@ def main() -> None:
     p.add_argument("--n-candidates", type=int, default=3)
     p.add_argument("--workers", type=int, default=2)
     p.add_argument("--select", default="none",
-                   help="the fit's --select: 'none' fits the given settings (as section 10b); 'auto' first "
+                   help="the fit's --select: 'none' fits the given settings; 'auto' first "
                         "chooses the cap on K+ and offsets on validation entries (24 fits on this store)")
     p.add_argument("--stop-after", type=int, default=None, help="end each fit after this many steps")
     p.add_argument("--time-limit", type=float, default=None,

@@ -1,4 +1,4 @@
-"""IMF and INMF on planted linear-Gaussian structure: does the K+ search find it? (issue #13 item 3)
+"""IMF and INMF on planted linear-Gaussian structure: does the K+ search find it?
 
 Each draw: K features (K = 5..10, cycling with the draw), each used by a row with probability
 p_k ~ U(0.2, 0.4), bases N(0, 1) for IMF and |N(0, 1)| for INMF, noise sd 0.5

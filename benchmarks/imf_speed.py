@@ -1,18 +1,18 @@
-"""IMF and INMF on the 4-image data, N = 100: wall time and base error per seed (issue 3).
+"""IMF and INMF on the 4-image data, N = 100: wall time and base error per seed.
 
 Each seed's data (``data.ibp_images.make_images``, noise variance 0.5) is written to a
 dataset store and fitted by the engine's driver on an in-process engine (``models.imf.fit_to_end``),
 the same code path as ``buffet fit imf``. Timed: the fit only (driver set-up included, store writing
-excluded). Base error (SPEC 4): mean over the true bases of the mean squared difference to the
+excluded). Base error (paper 000, Sec. 4.1): mean over the true bases of the mean squared difference to the
 closest posterior-mean base.
 
 Beside each fit, the base error of three oracles that know the TRUE Z and noise variance, computed
 from the same X (the statistical floor of the base error; untimed):
 
 * ``oracle_ls``: least squares of X on Z (Var(a_kd) = sigma^2 [(Z^T Z)^-1]_kk, ~3.2 sigma^2 / N here);
-* ``oracle_post``: posterior mean of A under the Gaussian prior a_kd ~ N(0, 1/eta_A) (SPEC 3.1) with
+* ``oracle_post``: posterior mean of A under the Gaussian prior a_kd ~ N(0, 1/eta_A) (IMF's) with
   eta_A = 1 / mean(A_true^2), the value that fits the true bases;
-* ``oracle_trunc``: posterior mean under the same prior truncated at 0 (INMF's prior, SPEC 3.2): per
+* ``oracle_trunc``: posterior mean under the same prior truncated at 0 (INMF's prior): per
   pixel a K-variate normal truncated to the positive orthant, its mean by Rao-Blackwellised Gibbs
   sampling (``TRUNC_SWEEPS`` sweeps after ``TRUNC_BURN_IN``).
 
@@ -64,7 +64,7 @@ def truncated_posterior_mean(mean: np.ndarray, precision: np.ndarray, rng: np.ra
 
 
 def oracle_errors(X: np.ndarray, Z: np.ndarray, A: np.ndarray, noise_var: float, seed: int) -> dict:
-    """Base errors (SPEC 4) of the oracles of the module docstring, which know Z and the noise variance."""
+    """Base errors of the oracles of the module docstring, which know Z and the noise variance."""
     ls = np.linalg.lstsq(Z, X, rcond=None)[0]
     precision = Z.T @ Z / noise_var + np.eye(Z.shape[1]) / np.mean(A ** 2)
     post = np.linalg.solve(precision, Z.T @ X / noise_var)

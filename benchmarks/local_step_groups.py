@@ -1,5 +1,5 @@
 """The Bayesian NMF local step against the size of its padded groups (``kernels.bnmf.GROUP_BYTES``), on one
-thread and on several threads of one process, as the default thread workers run it (section 25).
+thread and on several threads of one process, as the default thread workers run it.
 
     python benchmarks/local_step_groups.py STORE [--group-kib 4096 1536 ...] [--threads 1 2] [--docs 4000]
 

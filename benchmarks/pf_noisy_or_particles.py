@@ -1,4 +1,4 @@
-"""Issue 13 item 2: the noisy-OR particle filter's ZZ^T error against the number of particles P, with and
+"""The noisy-OR particle filter's ZZ^T error against the number of particles P, with and
 without resample-move, on paper 001's figure-5 data (Z 6 x 4 from the IBP(3), Y 4 x 250, p = 0.1,
 lambda = 0.9, eps = 0.01; ``data.ibp_synthetic.noisy_or_data`` with seed 0), one particle block, in
 process. For every P: the error of each filter seed, their mean and median, and the seconds of all seeds;

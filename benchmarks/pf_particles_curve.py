@@ -1,11 +1,11 @@
-"""Issue 13 item 2: the ZZ^T error of a particle filter against the number of particles P, with and without
+"""The ZZ^T error of a particle filter against the number of particles P, with and without
 resample-move (``--moves``), beside Gibbs sampling at equal wall time (paper 001 figures 3 and 5).
 
 Models and data (one particle block or one chain, in process, through the engine's drivers as in
 ``buffet reproduce pf-images``; filter and chain seeds 0, 1, ...):
 
 * ``linear-gaussian``: the four 6x6 images, ``--rows`` rows, noise variance ``--noise-var``
-  (``data.ibp_images.make_images``, a new draw per seed; issue 13's acceptance data is 100 rows at 0.5,
+  (``data.ibp_images.make_images``, a new draw per seed; the defaults are 100 rows at 0.5,
   paper 001's figure 3 has 0.25); alpha = 1, sigma_X = sqrt(noise variance), sigma_A = 1 (Gibbs
   resamples all three, as in the reproduction). ``--oracle-sweeps S`` adds the error of the posterior
   mean of a collapsed Gibbs chain started at the true Z with alpha, sigma_X, sigma_A held at those values

@@ -1,4 +1,4 @@
-"""Issue 14 target 4: particle-filter throughput, in particles x rows per second, on 1 and 2 workers.
+"""Particle-filter throughput, in particles x rows per second, on 1 and 2 workers.
 
 The linear-Gaussian filter (``buffet fit pf-linear-gaussian``) on N rows of paper 001's four 6x6 images
 (noise sd 0.5), P particles in 4 blocks, through the whole CLI on a LocalCluster of 1 or 2 worker

@@ -1,4 +1,4 @@
-"""Issue 14 target 5: where the time of a Bayesian NMF fit goes, phase by phase, in one process.
+"""Where the time of a Bayesian NMF fit goes, phase by phase, in one process.
 
 Times, on the wall clock and in CPU seconds: the imports a `buffet fit bnmf` needs, the start of the
 LocalCluster (thread workers, the CLI's default for bnmf), building the driver (store metadata, the

@@ -1,4 +1,4 @@
-"""`buffet fit imf|inmf` with its defaults on the role-mining data, as a user runs it (issue #10 item 2).
+"""`buffet fit imf|inmf` with its defaults on the role-mining data, as a user runs it.
 
 For each data set and split seed: `buffet ingest pairs FILE --transpose --holdout 0.2 --seed S`, then
 `buffet fit MODEL STORE --out RUN` with no other option (the default `--select auto` chooses offsets and

@@ -1,5 +1,5 @@
 #!/bin/sh
-# Issue 14 target 1: Bayesian NMF against scikit-learn's and gensim's online LDA, two rounds in one sitting.
+# Bayesian NMF against scikit-learn's and gensim's online LDA, two rounds in one sitting.
 # Corpus (LDA-generated, 55,000 documents, V = 8000, ~300 tokens each, 100 topics; 5,000 held out):
 #   buffet generate --docs 55000 --seed 0 --out $W/lda55k.txt --vocab $W/vocab55k.txt
 #   buffet ingest uci $W/lda55k.txt $W/vocab55k.txt --out $W/lda55k.zarr --holdout 0.0909091 --seed 0

@@ -1,5 +1,5 @@
 #!/bin/sh
-# The runs behind the speed and quality tables of benchmarks/README.md (issue 2, items 1-2).
+# The runs behind the speed and quality tables of Bayesian NMF against online LDA.
 # Corpus: 50k NYT-shaped documents from 50 LDA topics, 2% (1000 documents) held out.
 #   buffet generate --docs 50000 --topics 50 --seed 0 --out $W/nyt50k.txt --vocab $W/vocab50k.txt
 #   buffet ingest uci $W/nyt50k.txt $W/vocab50k.txt --out $W/nyt50k.zarr --holdout 0.02 --seed 0

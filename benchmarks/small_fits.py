@@ -54,7 +54,7 @@ print(json.dumps({"fit_seconds": time.perf_counter() - started}))
 
 def write_stores(folder: Path) -> dict[str, Path]:
     """The smallest data of each reproduction: a 400-document corpus, 100 rows of the four-image data, the
-    bars (100 images), the noisy-OR data of paper 001 section 5.2, and the Domino role matrix."""
+    bars (100 images), the noisy-OR data of paper 001, Sec. 5.2, and the Domino role matrix."""
     folder.mkdir(parents=True, exist_ok=True)
     stores = {name: folder / f"{name}.zarr" for name in ("corpus", "images", "bars", "noisy_or", "domino")}
     if all(p.exists() for p in stores.values()):

@@ -1,5 +1,5 @@
 """What a Bayesian NMF command cannot start faster than: the libraries it needs, imported in a fresh interpreter,
-and buffet's thread LocalCluster once they are imported (issue 14 target 1, section 25).
+and buffet's thread LocalCluster once they are imported.
 
     python benchmarks/startup_floor.py [--runs 3] [--store STORE]
 

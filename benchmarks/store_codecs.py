@@ -1,5 +1,5 @@
 """The compression of dataset stores: each candidate codec on the CSR arrays of a real store, written to and read
-back from memory, for the choice of ``data.chunks.CODECS`` (benchmarks/README.md section 24).
+back from memory, for the choice of ``data.chunks.CODECS``.
 
 For every codec: seconds and CPU seconds to write the first ``--entries`` of ``indices`` (int32) and ``data``
 (float32) in the store's chunk size, the same to read them back, and the bytes stored. Each codec is followed by

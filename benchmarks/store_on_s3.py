@@ -1,4 +1,4 @@
-"""Reading a store from an object store (issue #11 acceptance): Bayesian NMF documents per second with
+"""Reading a store from an object store: Bayesian NMF documents per second with
 the store on a local S3 API server (moto's server mode on 127.0.0.1, its own process) against the same
 store on local disk, with the run folder on local disk and, third, with the run in the bucket too. The
 corpus is generated once, ingested twice (to a folder, and straight into the bucket), and fitted with

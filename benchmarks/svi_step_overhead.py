@@ -1,4 +1,4 @@
-"""What an SVI step of Bayesian NMF costs outside the local steps, against the size of the corpus (issue 14).
+"""What an SVI step of Bayesian NMF costs outside the local steps, against the size of the corpus.
 
 On a store of many tiny documents (e.g. 1.8M documents of ~3 tokens: 3,600 blocks of 500 rows) the local
 steps cost almost nothing, so the wall time of a step is what the driver and the engine spend on it: building

@@ -1,4 +1,4 @@
-"""What a lost worker costs (issue #11 acceptance): one Bayesian NMF SVI pass over a generated corpus
+"""What a lost worker costs: one Bayesian NMF SVI pass over a generated corpus
 on an embedded LocalCluster of two worker processes, undisturbed and with one worker process killed
 (SIGKILL) half-way through the pass. The nanny starts a new worker process, the engine recomputes what
 was lost, and the fit must end with the same topics. Each fit is one whole ``buffet fit`` command

@@ -1,1 +1,1 @@
-"""Datasets: Zarr storage, ingest of file formats, splits and generators (SPEC 1)."""
+"""Datasets: Zarr storage, ingest of file formats, splits and generators."""

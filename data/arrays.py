@@ -1,4 +1,4 @@
-"""Ingest of in-memory NumPy and SciPy arrays (the Python API path of SPEC 1)."""
+"""Ingest of in-memory NumPy and SciPy arrays (the Python API path)."""
 
 from __future__ import annotations
 
@@ -22,7 +22,7 @@ def from_array(X, path: str | os.PathLike, kind: str, mask: np.ndarray | None = 
     """Store a dense array (with optional mask) or a SciPy sparse matrix as a dataset.
 
     Sparse input is stored in the ``csr`` layout; dense input in the ``dense`` layout.
-    Values are checked against ``kind`` (SPEC 1): NaN only where ``mask`` is False.
+    Values are checked against ``kind``: NaN only where ``mask`` is False.
     ``path`` may be a URL (``data.urls``); ``storage_options`` go to its filesystem.
     """
     check_kind(kind)

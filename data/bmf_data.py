@@ -1,4 +1,4 @@
-"""Synthetic data for binary matrix factorization: the modified bars problem (SPEC 4; paper 003 section 4.1)."""
+"""Synthetic data for binary matrix factorization: the modified bars problem (paper 003, Sec. 4.1)."""
 
 from __future__ import annotations
 
@@ -34,7 +34,7 @@ def bar_features(side: int = 8) -> np.ndarray:
 
 def bars_data(n_images: int, rng: np.random.Generator, alpha: float = 3.0, theta: float = 0.5, phi: float = 0.5,
               missing_fraction: float = 0.25, side: int = 8) -> BarsData:
-    """Paper 003 section 4.1 / SPEC 4: V fixed to the bars, U ~ IBP(alpha), W ~ N(0, 1/phi), noise precision
+    """Paper 003, Sec. 4.1: V fixed to the bars, U ~ IBP(alpha), W ~ N(0, 1/phi), noise precision
     theta; the bottom halves of ``missing_fraction`` of the images are marked missing."""
     V = bar_features(side)
     block = sample_ibp(n_images, alpha, rng)

@@ -1,4 +1,4 @@
-"""Data files that ship inside the package (SPEC 4 role mining): found with ``importlib.resources``,
+"""Data files that ship inside the package (the role-mining matrices): found with ``importlib.resources``,
 so they are there in an editable checkout and in a plain ``pip install`` alike.
 
 ``datasets/rolemining/`` holds the HP Labs Domino and Firewall user-permission files; their source

@@ -1,5 +1,5 @@
 """Checked chunks: every chunk of a dataset store's arrays is recorded when written and verified when
-read, so nothing read is silently wrong (issue #11 item 4; SPEC 1 storage).
+read, so nothing read is silently wrong.
 
 Writing: ``ChunkWriter`` appends rows (along the first axis) to a new array, writes each chunk once it
 is complete (several complete chunks per write, which an object store receives in parallel), and
@@ -32,7 +32,7 @@ from buffet.data.errors import StoreError
 RECORDS = "chunk_records"
 # Byte-shuffled zstd at level 1 (Blosc), then a checksum of the stored bytes. Against zarr's default (plain zstd,
 # level 3) on a corpus's CSR arrays: written with about half the CPU, 19% smaller, read about as fast
-# (benchmarks/README.md section 24). Stores written with other codecs read the same: each array names its codecs.
+# (benchmarks/store_codecs.py measures it). Stores written with other codecs read the same: each array names its codecs.
 CODECS = (BloscCodec(cname="zstd", clevel=1, shuffle="shuffle"), Crc32cCodec())
 WRITE_CONFIG = {"write_empty_chunks": True}
 FLUSH_BYTES = 1 << 23  # a writer holds about this much before writing its complete chunks

@@ -1,4 +1,4 @@
-"""Checks on parsed entries and their assembly into matrices (SPEC 1 ingest).
+"""Checks on parsed entries and their assembly into matrices (ingest).
 
 Entries are parallel arrays (row, column, value) with the input line of each, so every check
 can name the line at fault: ids out of range, values a data kind cannot take, duplicates,
@@ -157,8 +157,8 @@ MAX_BUCKETS = 1024  # row buckets a spill is read back in; bounds the bookkeepin
 
 
 class RowBuckets:
-    """Entries of a file that lists them in any order, assembled one group of rows at a time (SPEC 1:
-    ingest streams and never holds the whole file).
+    """Entries of a file that lists them in any order, assembled one group of rows at a time
+    (ingest streams and never holds the whole file).
 
     Each input block is sorted by row bucket (``bucket_rows`` consecutive rows) and appended to a
     scratch file as one run; ``buckets`` then reads every run's slice of a bucket back, from the

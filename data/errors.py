@@ -1,6 +1,6 @@
 """Errors a user can cause and fix: bad input files, bad arguments, unusable stores.
 
-The command line prints these as one line without a traceback (issue 2, CLI contract);
+The command line prints these as one line without a traceback (unless ``--debug``);
 anything else is a bug and keeps its traceback.
 """
 
@@ -10,7 +10,7 @@ class UserError(Exception):
 
 
 class InputError(UserError, ValueError):
-    """Bad input data: names the file, line or entry at fault (SPEC 1). Also a ValueError, the
+    """Bad input data: names the file, line or entry at fault. Also a ValueError, the
     exception Python and scikit-learn conventions expect for a bad value."""
 
 

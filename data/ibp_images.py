@@ -1,10 +1,10 @@
-"""Synthetic IBP image data of paper 000 (SPEC 4; paper 000 section 4.1).
+"""Synthetic IBP image data of paper 000, Sec. 4.1.
 
 X = Z A + noise with Z ~ Bern(0.5) (N x 4), A four 6x6 binary latent images flattened to rows
 (4 x 36) and Gaussian noise of variance 0.5. Variant "four" uses the project's four fixed images
 (``ibp_synthetic.latent_images``, shared with the particle-filter and Gibbs experiments); variant
 "eight_ones" draws each image at random with eight ones, as in paper 000's speed comparison. The
-base error of SPEC 4 is ``kernels.metrics.base_error``.
+base error of that comparison is ``kernels.metrics.base_error``.
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ def random_images(rng: np.random.Generator, n_images: int = 4, n_ones: int = 8) 
 def make_images(n_rows: int = 50, noise_var: float = 0.5, variant: str = "four",
                 seed: int | np.random.SeedSequence = 0) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(X, Z, A) with A the fixed images (variant "four") or ``random_images`` (variant "eight_ones"),
-    Z ~ Bern(0.5) of shape (n_rows, 4) and X = Z A + N(0, noise_var) noise (SPEC 4)."""
+    Z ~ Bern(0.5) of shape (n_rows, 4) and X = Z A + N(0, noise_var) noise."""
     rng = np.random.default_rng(seed)
     if variant == "four":
         a = latent_images()

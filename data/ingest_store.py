@@ -1,4 +1,4 @@
-"""The output side of file ingest (SPEC 1): option checks, provenance, the held-out split and
+"""The output side of file ingest: option checks, provenance, the held-out split and
 the atomic commit of the store being written."""
 
 from __future__ import annotations

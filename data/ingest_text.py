@@ -1,4 +1,4 @@
-"""One entry point for file ingest (SPEC 1), called by ``buffet ingest FMT SOURCE... --out STORE``."""
+"""One entry point for file ingest, called by ``buffet ingest FMT SOURCE... --out STORE``."""
 
 from __future__ import annotations
 
@@ -26,7 +26,7 @@ FORMATS: dict[str, tuple[Callable[..., Dataset], tuple[str, ...], tuple[str, ...
 
 
 def ingest(fmt: str, sources: list[PathLike], out: PathLike, **options: Any) -> Dataset:
-    """Ingest ``sources`` in format ``fmt`` into a dataset store at ``out`` (SPEC 1).
+    """Ingest ``sources`` in format ``fmt`` into a dataset store at ``out``.
 
     ``fmt`` is one of uci, ldac, mtx, ratings, dense-ratings, pairs; for uci and ldac a second
     source is the vocabulary. ``options`` are the keyword options of the format's function

@@ -1,4 +1,4 @@
-"""LDA-C ingest (SPEC 1): Blei's format, one document per line ``N id:count id:count ...``.
+"""LDA-C ingest: Blei's format, one document per line ``N id:count id:count ...``.
 
 Word ids are 0-based; N must equal the number of pairs on its line. Documents are rows of a
 ``counts`` matrix in the ``csr`` layout, streamed in blocks. Blank lines are skipped (a
@@ -27,7 +27,7 @@ def ingest_ldac(path: PathLike, vocab_path: PathLike | None, out: PathLike,
                 holdout: float | None = None, seed: int = 0,
                 block_bytes: int = DEFAULT_BLOCK_BYTES,
                 storage_options: dict | None = None) -> Dataset:
-    """Ingest an LDA-C corpus into a ``counts``/``csr`` dataset at ``out`` (SPEC 1).
+    """Ingest an LDA-C corpus into a ``counts``/``csr`` dataset at ``out``.
 
     With a vocabulary the matrix has one column per word and ids must be below its length;
     without one it has ``max id + 1`` columns. Errors name file and line: N differing from the

@@ -1,4 +1,4 @@
-"""Matrix Market ingest (SPEC 1): ``.mtx`` files, coordinate and array formats, general symmetry.
+"""Matrix Market ingest: ``.mtx`` files, coordinate and array formats, general symmetry.
 
 Rows are the first index. The field sets the default kind: ``pattern`` -> binary, ``integer``
 -> counts, ``real`` -> real. Counts are stored in the ``csr`` layout, other kinds dense (an
@@ -32,7 +32,7 @@ def ingest_mtx(path: PathLike, out: PathLike, kind: str | None = None,
                holdout: float | None = None, seed: int = 0,
                block_bytes: int = DEFAULT_BLOCK_BYTES,
                storage_options: dict | None = None) -> Dataset:
-    """Ingest a Matrix Market file into a dataset at ``out`` (SPEC 1).
+    """Ingest a Matrix Market file into a dataset at ``out``.
 
     ``kind`` (real, binary, counts) defaults from the field. Errors name file and line: a bad
     banner or size line, entry counts that differ from the size line, indices out of range,

@@ -1,9 +1,9 @@
-"""Role-mining pair ingest (SPEC 1, SPEC 4): ``user permission`` per line, 1-based, whitespace
+"""Role-mining pair ingest: ``user permission`` per line, 1-based, whitespace
 separated (the HP Labs files that ship in ``data/datasets/rolemining/``, ``bundled.rolemining_path``).
 
 Stored as a dense ``binary`` matrix without a mask: every listed pair is a 1, every other
 pair a 0. The matrix is users x permissions, or permissions x users with ``transpose`` (the
-orientation of paper 000, section 4.3); its size is the largest id in each column. Pairs are
+orientation of paper 000, Sec. 4.3); its size is the largest id in each column. Pairs are
 parsed block by block and assembled one row bucket at a time (``entries.RowBuckets``).
 """
 
@@ -28,11 +28,11 @@ def ingest_pairs(path: PathLike, out: PathLike, transpose: bool = False,
                  holdout: float | None = None, seed: int = 0,
                  block_bytes: int = DEFAULT_BLOCK_BYTES,
                  storage_options: dict | None = None) -> Dataset:
-    """Ingest a user-permission pair file into a dense ``binary`` dataset at ``out`` (SPEC 1).
+    """Ingest a user-permission pair file into a dense ``binary`` dataset at ``out``.
 
     Errors name file and line: malformed lines, ids below 1, a repeated pair, an empty file.
     ``holdout`` stores a ``heldout`` split of entries (``test_mask``, a fraction of all entries,
-    ones and zeros alike, as in the role-mining protocol of SPEC 4).
+    ones and zeros alike, as in the role-mining protocol of paper 000, Sec. 4.3).
     ``out`` may be a URL (``data.urls``); ``storage_options`` go to its filesystem.
     """
     check_options(rows_per_chunk, holdout, block_bytes)

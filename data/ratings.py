@@ -1,7 +1,7 @@
-"""Ratings ingest (SPEC 1): long-form ``user,item,rating`` files and dense user x item tables.
+"""Ratings ingest: long-form ``user,item,rating`` files and dense user x item tables.
 
 Both are stored as ``real`` data in the ``dense`` layout with a mask (True = rated), the
-layout the collaborative-filtering protocol (SPEC 4) holds entries out of.
+layout the collaborative-filtering protocol (paper 000, Sec. 4.2) holds entries out of.
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ def ingest_ratings(path: PathLike, out: PathLike, rows_per_chunk: int = DEFAULT_
                    storage_options: dict | None = None) -> Dataset:
     """Ingest long-form ratings ``user,item,rating`` (CSV, TSV, ``;`` or whitespace separated,
     told apart by the first line; an optional header line; extra columns such as a timestamp
-    are ignored) into a masked dense ``real`` dataset at ``out`` (SPEC 1).
+    are ignored) into a masked dense ``real`` dataset at ``out``.
 
     User and item ids are arbitrary strings numbered in order of first appearance and stored
     as ``row_labels`` and ``col_labels``. Errors name file and line: malformed lines, ratings
@@ -146,7 +146,7 @@ def ingest_dense_ratings(path: PathLike, out: PathLike, sentinel: float = 99.0, 
                          block_bytes: int = DEFAULT_BLOCK_BYTES,
                          storage_options: dict | None = None) -> Dataset:
     """Ingest a dense user x item table (the Jester layout: one user per line, numbers separated
-    by whitespace or commas) into a masked dense ``real`` dataset at ``out`` (SPEC 1).
+    by whitespace or commas) into a masked dense ``real`` dataset at ``out``.
 
     Entries equal to ``sentinel`` (NaN allowed) are unrated: mask False, stored as 0. With
     ``first_column_count`` the first column is the number of rated items of the row; it is

@@ -1,4 +1,4 @@
-"""Named train/test splits stored with a dataset (SPEC 1, SPEC 4 protocols).
+"""Named train/test splits stored with a dataset, as the held-out protocols need.
 
 Two kinds: held-out rows (``test_rows``: whole documents, for document completion) and
 held-out entries (``test_mask``: True where an observed entry is held out).
@@ -79,8 +79,7 @@ class EntrySample:
     """A pseudo-random part of a matrix's entries: entry (i, j) belongs when a hash of (``seed``, i, j),
     uniform on [0, 1), falls in [``low``, ``high``). Membership depends on the entry alone, so any block
     of rows computes its part without seeing the others and any chunking gives the same sample; samples
-    of one seed with disjoint ranges are disjoint (the validation folds of ``fit --select validation``,
-    issue #10)."""
+    of one seed with disjoint ranges are disjoint (the validation folds of ``fit --select validation``)."""
 
     seed: int
     low: float

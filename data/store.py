@@ -1,4 +1,4 @@
-"""One dataset = one Zarr v3 group (SPEC 1): reading it back, and writing it atomically.
+"""One dataset = one Zarr v3 group: reading it back, and writing it atomically.
 
 Layouts
 -------
@@ -37,7 +37,7 @@ from buffet.data.chunks import RECORDS, CheckedArray, ChunkWriter, write_array
 from buffet.data.errors import InputError, StoreError
 from buffet.data.urls import exists, filesystem, is_url, normalise, remove, zarr_store
 
-FORMAT_VERSION = 2  # 2: chunk records and checksummed chunks (issue #11)
+FORMAT_VERSION = 2  # 2: chunk records and checksummed chunks
 PARTIAL = "buffet_partial"  # group attribute of a store whose ingest has not finished
 SPLITS = "splits"  # group attribute: the names of the stored splits
 TOTAL = "total"  # group attribute of a CSR store: the sum of its values, counted while it was written
@@ -88,7 +88,7 @@ def check_kind(kind: str) -> None:
 
 def first_invalid(kind: str, values: np.ndarray) -> tuple[int, str] | None:
     """Position (in ``values.ravel()``) and reason of the first value a model of this kind
-    cannot take, or None (SPEC 1 bad-input list). Ingest uses the position to name the line."""
+    cannot take, or None. Ingest uses the position to name the line."""
     v = np.asarray(values, dtype=np.float64).ravel()
     if _plainly_valid(kind, v):
         return None
@@ -119,7 +119,7 @@ def _plainly_valid(kind: str, v: np.ndarray) -> bool:
 
 
 def check_values(kind: str, values: np.ndarray, where: str, observed: np.ndarray | None = None) -> None:
-    """Refuse values a model of this kind cannot take (SPEC 1 bad-input list).
+    """Refuse values a model of this kind cannot take.
 
     ``observed`` marks entries that count (None = all); unobserved entries may hold anything.
     """
@@ -311,7 +311,7 @@ class StoreWriter:
 
     Used as a context manager. On disk the store is built in a hidden folder beside ``location`` and
     moved into place by ``commit``; on any exception the hidden folder is removed and whatever was at
-    ``location`` before is untouched (SPEC 1: never a half-written store). On an object store it is
+    ``location`` before is untouched (never a half-written store). On an object store it is
     written in place, marked partial until ``commit`` writes the group attributes; ``overwrite`` removes
     the old store first, and an exception removes what was written.
     """

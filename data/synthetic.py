@@ -1,4 +1,4 @@
-"""Synthetic corpora: drawn from Bayesian NMF itself, or LDA-shaped at any size (issue 2, item 6).
+"""Synthetic corpora: drawn from Bayesian NMF itself, or LDA-shaped at any size.
 
 ``write_uci_corpus`` streams an LDA-shaped corpus of the New York Times shape of paper 002
 (V = 8000, about 300 tokens per document) to a UCI ``docword`` file in blocks, so a
@@ -28,7 +28,7 @@ class SyntheticCorpus:
 def bnmf_corpus(n_docs: int, n_words: int, n_topics: int, rng: np.random.Generator,
                 topic_shape: float = 0.1, doc_shape: float = 0.5, tokens_per_doc: float = 100.0,
                 ) -> SyntheticCorpus:
-    """Draw X_dv ~ Poisson(sum_k beta_vk theta_kd) with gamma beta and theta (SPEC 3.5, eq. 11.6).
+    """Draw X_dv ~ Poisson(sum_k beta_vk theta_kd) with gamma beta and theta (paper 002, eq. 11.6).
 
     beta_vk ~ Gamma(topic_shape, 1) normalised per topic (sparse, distinct topics) and
     theta_kd ~ Gamma(doc_shape, doc_shape K / tokens_per_doc), so a document has about

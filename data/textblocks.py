@@ -1,4 +1,4 @@
-"""Reading text input in large blocks of whole lines, and parsing numeric records (SPEC 1 ingest).
+"""Reading text input in large blocks of whole lines, and parsing numeric records (ingest).
 
 Every text format is read as bytes (plain or gzip, told apart by the gzip magic number) in
 blocks of whole lines, so a corpus never has to fit in memory. A block of numeric records is
@@ -51,7 +51,7 @@ def show(raw: bytes | str, limit: int = 60) -> str:
 
 
 def open_bytes(path: PathLike) -> BinaryIO:
-    """Open a plain or gzip-compressed file for binary reading (SPEC 1: ``.txt`` or ``.txt.gz``)."""
+    """Open a plain or gzip-compressed file for binary reading (``.txt`` or ``.txt.gz``)."""
     try:
         with open(path, "rb") as probe:
             gzipped = probe.read(2) == b"\x1f\x8b"

@@ -1,4 +1,4 @@
-"""UCI bag-of-words ingest (SPEC 1): ``docword.*.txt[.gz]`` with an optional ``vocab.*.txt``.
+"""UCI bag-of-words ingest: ``docword.*.txt[.gz]`` with an optional ``vocab.*.txt``.
 
 The docword file starts with three header lines D (documents), W (words) and NNZ (entries),
 followed by NNZ lines ``docID wordID count`` (1-based ids, sorted by docID). Documents are
@@ -28,7 +28,7 @@ def ingest_uci(docword_path: PathLike, vocab_path: PathLike | None, out: PathLik
                holdout: float | None = None, seed: int = 0,
                block_bytes: int = DEFAULT_BLOCK_BYTES,
                storage_options: dict | None = None) -> Dataset:
-    """Ingest a UCI bag-of-words corpus into a ``counts``/``csr`` dataset at ``out`` (SPEC 1).
+    """Ingest a UCI bag-of-words corpus into a ``counts``/``csr`` dataset at ``out``.
 
     Checks, each an ``InputError`` naming file and line: the header (D, W, NNZ) against the
     entries that follow, ids within 1..D and 1..W, docIDs non-decreasing, no repeated

@@ -1,4 +1,4 @@
-"""Where dataset stores and run folders live: a local path or any URL fsspec reaches (issue #11 item 3).
+"""Where dataset stores and run folders live: a local path or any URL fsspec reaches.
 
 A *location* is an absolute local path or a URL such as ``s3://bucket/corpus.zarr``, ``gs://...`` or
 ``abfs://...``; ``file://`` URLs are local paths. Locations are made absolute on the client

@@ -1,1 +1,1 @@
-"""Per-chunk mathematics in plain NumPy/SciPy (SPEC 2: no Dask import here)."""
+"""Per-chunk mathematics in plain NumPy/SciPy (no Dask import here: each kernel runs on arrays in memory)."""

@@ -1,4 +1,4 @@
-"""Baselines of paper 000's experiments (SPEC 4; paper 000 sections 4.2-4.3), plain NumPy.
+"""Baselines of paper 000's experiments (paper 000, Secs. 4.2-4.3), plain NumPy.
 
 Every function takes the data ``x`` (N x D) and a boolean ``mask`` (True = observed, i.e. a
 training entry) and returns a dense N x D array of scores (predicted values) from the observed

@@ -1,4 +1,4 @@
-"""Binary matrix factorization kernels (SPEC 3.7; Meeds, Ghahramani, Neal & Roweis 2007, paper 003).
+"""Binary matrix factorization kernels (Meeds, Ghahramani, Neal & Roweis 2007, paper 003; docs/models/bmf.md).
 
 Model: X (I x J) ~ f(U W V^T) over the observed entries (mask True), U (I x K) and V (J x L) binary
 under IBP priors (or finite Beta-Bernoulli ones with K, L fixed), W (K x L) ~ N(w0, 1/phi).
@@ -6,14 +6,14 @@ Observation models (``LIKELIHOODS``): Gaussian with precision theta, logistic (B
 mean sigmoid(UWV^T)) and Poisson with a *log* link, rate exp(UWV^T) (the paper's identity link
 needs a positive mean, which a Gaussian W does not give).
 
-Binary prior (paper section 2): pi_k ~ Beta(alpha/K, beta), u_ik ~ Bern(pi_k); K -> infinity gives
+Binary prior (paper 003, Sec. 2): pi_k ~ Beta(alpha/K, beta), u_ik ~ Bern(pi_k); K -> infinity gives
 the two-parameter IBP with P(u_ik = 1 | rest of column) = n_{-i,k} / (beta + I - 1) (eqs. 4-5) and
-Poisson(alpha / (beta + I - 1)) new features for a row (section 3.2).
+Poisson(alpha / (beta + I - 1)) new features for a row (Sec. 3.2).
 
 Both sides are sampled with the same code: the rows of one side (a *panel* of U with the rows of
 X, or of V with the rows of X^T) see the data through ``G = W_side @ other.T``, where ``W_side``
 is W (U side) or W^T (V side) and ``other`` the other side's binary matrix. The distributed sweep
-(SPEC 3.7 distribution) combines two exact moves:
+combines two exact moves:
 
 * ``collapsed_panel_sweep`` on the designated panel: Gibbs for every u_ik with n_{-i,k} > 0
   (eqs. 2-5, counts over all rows, the other panels fixed) and, for the IBP, the
@@ -40,7 +40,7 @@ from buffet.kernels.metrics import auc
 LIKELIHOODS = ("gaussian", "logistic", "poisson")
 
 
-# ----- observation models (SPEC 3.7, paper eq. 1) -----
+# ----- observation models (paper 003, eq. 1) -----
 
 def entry_log_lik(likelihood: str, X: np.ndarray, M: np.ndarray, theta: float) -> np.ndarray:
     """log f(x | m) entry by entry for the linear predictor M = U W V^T (paper eq. 1)."""
@@ -54,7 +54,7 @@ def entry_log_lik(likelihood: str, X: np.ndarray, M: np.ndarray, theta: float) -
 
 
 def log_likelihood(likelihood: str, X: np.ndarray, mask: np.ndarray, M: np.ndarray, theta: float) -> float:
-    """Sum of ``entry_log_lik`` over the observed entries (mask True; SPEC 3.7 missing entries)."""
+    """Sum of ``entry_log_lik`` over the observed entries (mask True; missing entries are left out)."""
     return float(np.sum(entry_log_lik(likelihood, X, M, theta), where=mask))
 
 
@@ -67,7 +67,7 @@ def mean_of(likelihood: str, M: np.ndarray) -> np.ndarray:
     return np.exp(M)
 
 
-# ----- the binary prior (paper section 2, eqs. 2-5) -----
+# ----- the binary prior (paper 003, Sec. 2, eqs. 2-5) -----
 
 @dataclass(frozen=True)
 class BinaryPrior:
@@ -90,7 +90,7 @@ class BinaryPrior:
         return np.log(self.a() + n_minus) - np.log(self.beta + n_rows - 1 - n_minus)
 
     def new_feature_rate(self, n_rows: int) -> float:
-        """Mean of the Poisson number of a row's new features, alpha / (beta + I - 1) (section 3.2)."""
+        """Mean of the Poisson number of a row's new features, alpha / (beta + I - 1) (paper 003, Sec. 3.2)."""
         return self.alpha / (self.beta + n_rows - 1)
 
     def log_prob(self, Z: np.ndarray) -> float:
@@ -184,7 +184,7 @@ def resample_singletons(x: np.ndarray, obs: np.ndarray, m_base: np.ndarray, W_si
 
 def multi_feature_move(X: np.ndarray, mask: np.ndarray, Z: np.ndarray, G: np.ndarray, P: np.ndarray,
                        eligible: np.ndarray, size: int, model: Observation, rng: np.random.Generator) -> np.ndarray:
-    """Metropolis-Hastings on several features of each row at once (paper section 3.3, SPEC 3.7 larger moves).
+    """Metropolis-Hastings on several features of each row at once (paper 003, Sec. 3.3).
 
     ``size`` features drawn at random from ``eligible`` have their entries in every row redrawn
     independently from their conditional priors P (R x K, P(u_ik = 1 | the other rows)); as the
@@ -204,11 +204,11 @@ def collapsed_panel_sweep(X: np.ndarray, mask: np.ndarray, Z: np.ndarray, W: np.
                           w0: float, phi: float, rng: np.random.Generator,
                           move_size: int = 0) -> tuple[np.ndarray, np.ndarray]:
     """Gibbs for every u_ik with n_{-i,k} > 0, a ``multi_feature_move`` of ``move_size`` of those features
-    and, for the IBP, the singleton move, row by row (eqs. 2-8, section 3.3).
+    and, for the IBP, the singleton move, row by row (eqs. 2-8, Sec. 3.3).
 
     X, mask: the panel's rows (R x J); Z (R x K) their features; W (K x L) the side's weights;
     other (J x L); counts_rest (K,) the column counts of the rows outside the panel; n_rows = I.
-    Only row i's likelihood changes with u_ik (section 3.1). A singleton dropped by the move keeps
+    Only row i's likelihood changes with u_ik (paper 003, Sec. 3.1). A singleton dropped by the move keeps
     an all-zero column (the caller drops empty columns); new features are appended as columns of
     Z and rows of W. Returns (Z, W).
     """
@@ -249,7 +249,7 @@ def collapsed_panel_sweep(X: np.ndarray, mask: np.ndarray, Z: np.ndarray, W: np.
 def conditional_panel_sweep(X: np.ndarray, mask: np.ndarray, Z: np.ndarray, W: np.ndarray, other: np.ndarray,
                             pi: np.ndarray, active: np.ndarray, model: Observation,
                             rng: np.random.Generator, move_size: int = 0) -> np.ndarray:
-    """Gibbs for u_ik, k in ``active``, given pi_k (SPEC 3.7 distribution): rows are independent.
+    """Gibbs for u_ik, k in ``active``, given pi_k: rows are independent.
 
     Prior odds pi_k / (1 - pi_k) times row i's likelihood ratio; one pass over the active features,
     each vectorised over the panel's rows, then a ``multi_feature_move`` of ``move_size`` active
@@ -307,8 +307,8 @@ def sample_new_rows(X: np.ndarray, mask: np.ndarray, G: np.ndarray, pi: np.ndarr
     Under z_ik ~ Bern(pi_k) independently and x_i ~ p(x | z_i G) the new rows are independent, and
     ``conditional_sweep`` with every feature active is a Gibbs sweep of their posterior. Starting at
     z = 0, ``sweeps`` sweeps are run and the samples after the first ``burn`` returned,
-    (sweeps - burn, n, K) bool; their mean estimates E[z_i | x_i] (SPEC 3.7 for BMF's new rows; the
-    IBP estimators use it with the features of one posterior sample, SPEC 3.3-3.4). With ``RowStreams``
+    (sweeps - burn, n, K) bool; their mean estimates E[z_i | x_i] (for BMF's new rows; the
+    IBP estimators use it with the features of one posterior sample). With ``RowStreams``
     each row's samples depend only on that row and its generator.
     """
     Z = np.zeros((X.shape[0], G.shape[0]), bool)
@@ -334,7 +334,7 @@ def linear_predictor(likelihood: str, mean: np.ndarray) -> np.ndarray:
 
 def heldout_scores(likelihood: str, predicted: np.ndarray, truth: np.ndarray) -> dict:
     """RMSE and MAE (Gaussian, Poisson) or AUC and log loss (logistic) of predictive means of held-out
-    entries against their values (SPEC 4)."""
+    entries against their values."""
     if likelihood == "logistic":
         p = np.clip(predicted, 1e-12, 1 - 1e-12)
         return {"auc": auc(predicted, truth),
@@ -343,10 +343,10 @@ def heldout_scores(likelihood: str, predicted: np.ndarray, truth: np.ndarray) ->
     return {"rmse": float(np.sqrt(np.mean(err ** 2))), "mae": float(np.mean(np.abs(err)))}
 
 
-# ----- W given U and V (section 3.1) -----
+# ----- W given U and V (paper 003, Sec. 3.1) -----
 
 def weight_stats(X: np.ndarray, mask: np.ndarray, U: np.ndarray, V: np.ndarray) -> dict[str, np.ndarray]:
-    """Sufficient statistics of the Gaussian W conditional from a panel of rows (section 3.1).
+    """Sufficient statistics of the Gaussian W conditional from a panel of rows (paper 003, Sec. 3.1).
 
     With A's row for entry (i, j) equal to kron(v_j, u_i): A^T A = sum_j kron(v_j v_j^T, U^T D_j U)
     (D_j = diag of column j of the mask; kron(V^T V, U^T U) when all is observed) and
@@ -364,7 +364,7 @@ def weight_stats(X: np.ndarray, mask: np.ndarray, U: np.ndarray, V: np.ndarray) 
 def gaussian_w_conditional(stats: dict[str, np.ndarray], theta: float, phi: float,
                            w0: float) -> tuple[np.ndarray, np.ndarray]:
     """Mean and precision of vec(W) | X, U, V: precision theta A^T A + phi I, mean its inverse times
-    (theta A^T x + phi w0) (section 3.1). vec stacks W's columns."""
+    (theta A^T x + phi w0) (paper 003, Sec. 3.1). vec stacks W's columns."""
     precision = theta * stats["ata"] + phi * np.eye(stats["ata"].shape[0])
     mean = cho_solve(cho_factor(precision), theta * stats["atx"] + phi * w0)
     return mean, precision
@@ -392,7 +392,7 @@ def gaussian_log_lik(stats: dict[str, np.ndarray], W: np.ndarray, theta: float) 
 
 
 def weight_log_prior(W: np.ndarray, w0: float, phi: float) -> float:
-    """log N(W; w0, 1/phi I) (paper section 2)."""
+    """log N(W; w0, 1/phi I) (paper 003, Sec. 2)."""
     return float(0.5 * W.size * math.log(phi / (2.0 * math.pi)) - 0.5 * phi * np.sum((W - w0) ** 2))
 
 
@@ -401,7 +401,7 @@ def elliptical_slice(f: np.ndarray, mean: np.ndarray | float, scale: float,
                      current: float | None = None, batch: int = 1) -> tuple[np.ndarray, float]:
     """One elliptical slice sampling update (Murray, Adams & MacKay 2010) of f with prior N(mean, scale^2 I).
 
-    Tuning-free sampler for W under the logistic and Poisson models (SPEC 3.7). ``log_lik`` maps a
+    Tuning-free sampler for W under the logistic and Poisson models. ``log_lik`` maps a
     stack of candidates (B, *f.shape) to their log likelihoods (B,). The angles tried while the
     bracket shrinks depend only on the random draws, never on the likelihood values, so ``batch``
     successive angles (those tried if the earlier ones fall below the slice) are evaluated in one
@@ -427,7 +427,7 @@ def elliptical_slice(f: np.ndarray, mean: np.ndarray | float, scale: float,
             return proposals[above[0]], float(values[above[0]])
 
 
-# ----- precisions (section 3.1) -----
+# ----- precisions (paper 003, Sec. 3.1) -----
 
 def sample_phi(W: np.ndarray, w0: float, shape: float, rate: float, rng: np.random.Generator) -> float:
     """phi | W ~ Gamma(a_phi + KL/2, b_phi + |W - W0|^2 / 2) (rate parametrisation)."""

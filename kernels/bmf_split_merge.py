@@ -1,4 +1,4 @@
-"""Split-merge moves for one side of binary matrix factorization (paper 003 section 3.3; Jain & Neal).
+"""Split-merge moves for one side of binary matrix factorization (paper 003, Sec. 3.3; Jain & Neal).
 
 The move works on one side's binary matrix Z (U, or V with W^T) under its IBP prior, the weight rows
 W_side of Z's features riding with them. An ordered pair of distinct nonzero entries (r1, c1), (r2, c2)

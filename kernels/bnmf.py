@@ -1,4 +1,4 @@
-"""Bayesian NMF (Poisson-gamma) per-chunk mathematics: SPEC 3.5, paper 002 eqs. (11.23)-(11.34).
+"""Bayesian NMF (Poisson-gamma) per-chunk mathematics: paper 002, eqs. (11.23)-(11.34); docs/models/bnmf.md.
 
 Documents are rows. Globals are the Gamma parameters (g, h) of q(beta) (V x K); the local
 variables of document d are the Gamma parameters (a_d, b) of q(theta_d) (b is shared).
@@ -28,7 +28,7 @@ SQUAREM_SHRINK_LIMIT = 0.5  # an extrapolated shape is at least this fraction of
 
 @dataclass(frozen=True)
 class Hyper:
-    """Prior parameters (SPEC 3.5): beta ~ Gamma(c0/V, c0), theta ~ Gamma(a0, b0)."""
+    """Prior parameters: beta ~ Gamma(c0/V, c0), theta ~ Gamma(a0, b0)."""
 
     c0: float
     a0: float
@@ -37,7 +37,7 @@ class Hyper:
 
     @classmethod
     def paper_defaults(cls, n_words: int, n_topics: int) -> "Hyper":
-        """c0 = 0.05 V and a0 = b0 = 1/K (paper 002 section 11.6)."""
+        """c0 = 0.05 V and a0 = b0 = 1/K (paper 002, Sec. 11.6)."""
         return cls(c0=0.05 * n_words, a0=1.0 / n_topics, b0=1.0 / n_topics, n_words=n_words)
 
 
@@ -195,8 +195,8 @@ class LocalSettings:
 def local_step(indptr: np.ndarray, indices: np.ndarray, counts: np.ndarray, view: TopicView,
                hyper: Hyper, settings: LocalSettings = LocalSettings(),
                a_start: np.ndarray | None = None, with_stats: bool = True) -> LocalResult:
-    """Fit q(theta_d) for every document of a CSR chunk with the topics fixed (SPEC 3.5;
-    paper 002 eqs. 11.24, 11.28), each document iterated as ``settings`` says.
+    """Fit q(theta_d) for every document of a CSR chunk with the topics fixed (paper 002,
+    eqs. 11.24, 11.28), each document iterated as ``settings`` says.
 
     Statistics use the p of each document's last sweep, so a_d = a0 + sum_v X_dv p^(vd)
     holds exactly for the returned shapes.
@@ -386,13 +386,13 @@ def stochastic_update(g: np.ndarray, h: np.ndarray, S: np.ndarray, theta_sum: np
 
 
 def step_size(t: int, t0: float, kappa: float) -> float:
-    """rho_t = (t0 + t)^(-kappa), kappa in (0.5, 1] (paper 002 section 11.5.2)."""
+    """rho_t = (t0 + t)^(-kappa), kappa in (0.5, 1] (paper 002, Sec. 11.5.2)."""
     return float((t0 + t) ** (-kappa))
 
 
 def initial_globals(n_words: int, n_topics: int, n_tokens: float, n_docs: int, hyper: Hyper,
                     rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
-    """The prior plus Uniform(0, 1) noise scaled to the corpus size (SPEC 3.5, paper 11.6).
+    """The prior plus Uniform(0, 1) noise scaled to the corpus size (paper 002, Sec. 11.6).
 
     The noise on g is scaled so each topic starts with about ``n_tokens / K`` pseudo-counts;
     h starts as if every document gave each topic an expected weight of 1/K.
@@ -404,13 +404,13 @@ def initial_globals(n_words: int, n_topics: int, n_tokens: float, n_docs: int, h
 
 
 def split_thirds(counts: np.ndarray, rng: np.random.Generator) -> np.ndarray:
-    """Assign each token of each entry to one of three folds: (nnz, 3) integer counts (SPEC 4)."""
+    """Assign each token of each entry to one of three folds: (nnz, 3) integer counts (paper 002, Sec. 11.6)."""
     return rng.multinomial(counts.astype(np.int64), [1 / 3, 1 / 3, 1 / 3])
 
 
 def completion_score(indptr: np.ndarray, indices: np.ndarray, held: np.ndarray, weights: np.ndarray,
                      mean_beta: np.ndarray) -> tuple[float, float]:
-    """Score ``held`` counts by p(v | d) = sum_k E beta_vk W_dk / sum_v' sum_k E beta_v'k W_dk (SPEC 4).
+    """Score ``held`` counts by p(v | d) = sum_k E beta_vk W_dk / sum_v' sum_k E beta_v'k W_dk.
 
     ``weights`` W (D x K) are the document weights fitted on the observed counts (any positive
     per-document scale); returns (sum of log p(word) over held-out tokens, held-out tokens).
@@ -426,7 +426,7 @@ def completion_score(indptr: np.ndarray, indices: np.ndarray, held: np.ndarray, 
 def completion_loglik(indptr: np.ndarray, indices: np.ndarray, observed: np.ndarray,
                       held: np.ndarray, view: TopicView, mean_beta: np.ndarray,
                       hyper: Hyper, settings: LocalSettings) -> tuple[float, float]:
-    """Document completion (SPEC 4): fit theta on ``observed`` counts, score ``held`` counts
+    """Document completion (paper 002, Sec. 11.6): fit theta on ``observed`` counts, score ``held`` counts
     with the means of q (``completion_score`` with W = E theta); ``mean_beta`` is E beta = g / h.
     """
     res = local_step(indptr, indices, observed, view, hyper, settings, with_stats=False)
@@ -435,7 +435,7 @@ def completion_loglik(indptr: np.ndarray, indices: np.ndarray, observed: np.ndar
 
 def thirds_loglik(counts: np.ndarray, rng: np.random.Generator,
                   score_fold: Callable[[np.ndarray, np.ndarray], tuple[float, float]]) -> tuple[float, float]:
-    """Paper 002 section 11.6: split each document's tokens into thirds and predict each third
+    """Paper 002, Sec. 11.6: split each document's tokens into thirds and predict each third
     from the other two with ``score_fold(observed, held)``, which returns (log-likelihood, tokens).
     Returns the sums over the three folds."""
     folds = split_thirds(counts, rng).astype(np.float64)

@@ -1,4 +1,4 @@
-"""Correlated NMF per-chunk mathematics: SPEC 3.6, paper 002 sections 11.3.2 and 11.5.
+"""Correlated NMF per-chunk mathematics: paper 002, Secs. 11.3.2 and 11.5; docs/models/cnmf.md.
 
 X_dv ~ Poisson(sum_k beta_vk w_kd) with w_kd = exp(alpha_d + l_k . u_d). q(beta_vk) = Gamma(g_vk, h_vk)
 is Bayesian NMF's (``kernels.bnmf``: TopicView, batch and stochastic updates, its ELBO term);
@@ -53,14 +53,14 @@ Stats = Mapping[str, np.ndarray]  # summed LocalResult.statistics()
 
 @dataclass(frozen=True)
 class Prior:
-    """l_k ~ N(0, sigma2 I_m), u_d ~ N(0, I_m) (SPEC 3.6; defaults m = 50, sigma^2 = 1/m)."""
+    """l_k ~ N(0, sigma2 I_m), u_d ~ N(0, I_m) (paper 002's defaults m = 50, sigma^2 = 1/m)."""
 
     n_dims: int = 50
     sigma2: float = 1.0 / 50
 
     @classmethod
     def with_dims(cls, n_dims: int, sigma2: float | None = None) -> "Prior":
-        """The SPEC default sigma^2 = 1/m unless ``sigma2`` is given."""
+        """The default sigma^2 = 1/m unless ``sigma2`` is given."""
         return cls(n_dims, 1.0 / n_dims if sigma2 is None else sigma2)
 
 
@@ -171,7 +171,7 @@ def _per_doc(a: np.ndarray, M: np.ndarray) -> np.ndarray:
 
 def _doc_state(docs: Docs, view: bnmf.TopicView, L: np.ndarray, U: np.ndarray, with_p: bool = True) -> _DocState:
     """f_d(u_d) (module docstring) and, with ``with_p``, alpha_d (eq. 11.32), w_kd and n_kd with p^(vd)
-    as in Bayesian NMF with E ln theta replaced by ln w (SPEC 3.6)."""
+    as in Bayesian NMF with E ln theta replaced by ln w."""
     z = _per_doc(U, L.T)
     scaled = np.exp(z - z.max(axis=1, keepdims=True, initial=-np.inf))
     phi = np.einsum("nk,nk->n", docs.words, scaled[docs.rows])
@@ -210,7 +210,7 @@ def bound_precision(state: _DocState, view: bnmf.TopicView, L: np.ndarray) -> np
         I + sum_k B_k w_kd l_k l_k^T - a_d a_d^T / N_d,   a_d = sum_k B_k w_kd l_k,
 
     I plus N_d times the covariance of l_k under q_k propto B_k w_kd, so positive definite. (The first
-    two terms alone, the curvature with alpha_d fixed too, are the Hessian SPEC 3.6 names.)
+    two terms alone are the curvature with alpha_d held fixed as well.)
     """
     bw = view.beta_sum * state.w
     a = _per_doc(bw, L)
@@ -288,7 +288,7 @@ def newton_directions(bound: np.ndarray, missing: np.ndarray, grad: np.ndarray) 
 
 def newton_step(docs: Docs, view: bnmf.TopicView, L: np.ndarray, U: np.ndarray,
                 state: _DocState, max_halvings: int) -> tuple[np.ndarray, _DocState]:
-    """One Newton step on every u_d with a backtracking (Armijo) line search on f_d (SPEC 3.6).
+    """One Newton step on every u_d with a backtracking (Armijo) line search on f_d.
 
     The direction H^-1 g uses the gradient of f_d (``doc_gradient``, exact since p^(vd) and alpha_d
     are at their optima) and the exact Hessian (``bound_precision`` - ``missing_information``) where
@@ -343,7 +343,7 @@ def local_step(indptr: np.ndarray, indices: np.ndarray, counts: np.ndarray, view
                L: np.ndarray, settings: LocalSettings = LocalSettings(), u_start: np.ndarray | None = None,
                with_stats: bool = True) -> LocalResult:
     """Fit u_d (Newton steps with line search, ``newton_step``), alpha_d and p^(vd) for every document
-    of a CSR chunk with beta and L fixed (SPEC 3.6), starting from ``u_start`` or zero; SLICE_DOCS
+    of a CSR chunk with beta and L fixed, starting from ``u_start`` or zero; SLICE_DOCS
     documents at a time.
 
     The statistics use p^(vd) and alpha_d at the returned u, so they belong to the returned locals.
@@ -447,7 +447,7 @@ def initial_topics(n_topics: int, prior: Prior, rng: np.random.Generator) -> np.
 
 
 def correlation(L: np.ndarray) -> np.ndarray:
-    """Topic correlations corr(i, j) = l_i . l_j / (|l_i| |l_j|) (SPEC 3.6)."""
+    """Topic correlations corr(i, j) = l_i . l_j / (|l_i| |l_j|)."""
     unit = L / np.linalg.norm(L, axis=1, keepdims=True)
     return unit @ unit.T
 
@@ -455,7 +455,7 @@ def correlation(L: np.ndarray) -> np.ndarray:
 def threefold_completion(indptr: np.ndarray, indices: np.ndarray, counts: np.ndarray, view: bnmf.TopicView,
                          mean_beta: np.ndarray, L: np.ndarray, settings: LocalSettings,
                          rng: np.random.Generator) -> tuple[float, float]:
-    """Document completion by thirds (SPEC 4, ``bnmf.thirds_loglik``): u_d fitted on two thirds,
+    """Document completion by thirds (``bnmf.thirds_loglik``): u_d fitted on two thirds,
     the third scored with weights exp(l_k . u_d) (alpha_d cancels in p(v | d))."""
     def score(observed: np.ndarray, held: np.ndarray) -> tuple[float, float]:
         fit = local_step(indptr, indices, observed, view, L, settings, with_stats=False)

@@ -1,4 +1,4 @@
-"""Collapsed Gibbs sampler for the infinite linear-Gaussian model (SPEC 3.4; Griffiths & Ghahramani 2005).
+"""Collapsed Gibbs sampler for the infinite linear-Gaussian model (Griffiths & Ghahramani 2005; docs/models/gibbs.md).
 
 Model as in ``pf_linear_gaussian``: X = Z A + N(0, sigma_X^2), A iid N(0, sigma_A^2), Z ~ IBP(alpha),
 with A integrated out (collapsed likelihood, paper 001 eq. 6).
@@ -28,7 +28,7 @@ discarded).
 
 Missing entries (``observed`` False) are imputed: the state carries their current values, the
 Z updates see the completed X, and after the sigmas they are redrawn from N(Z A, sigma_X^2) with
-the same draw of A (an exact data-augmentation step; SPEC 1 masks).
+the same draw of A (an exact data-augmentation step).
 """
 
 from __future__ import annotations
@@ -61,7 +61,7 @@ class LGGibbsState:
 
 @dataclass(frozen=True)
 class LGHyperPrior:
-    """Gamma (shape, rate) priors on alpha, 1/sigma_X^2 and 1/sigma_A^2; None holds one fixed (SPEC 3.4)."""
+    """Gamma (shape, rate) priors on alpha, 1/sigma_X^2 and 1/sigma_A^2; None holds one fixed."""
 
     alpha: tuple[float, float] | None = (1.0, 1.0)
     tau_x: tuple[float, float] | None = (1.0, 1.0)
@@ -222,7 +222,7 @@ def _sample_existing(zl: list[float], ml: list[float], used: list[int], u: list[
 
 def _sample_new(q: float, sq_resid: float, u: float, sw: _Sweep) -> int:
     """K_new from the truncated Poisson(alpha/N) x N(x_i; z_i M_{-i}, (sigma_X^2 (1+q) + K_new sigma_A^2) I)
-    posterior (SPEC 3.4), by inverting the uniform u; q and sq_resid are those of z_i without its singletons."""
+    posterior, by inverting the uniform u; q and sq_resid are those of z_i without its singletons."""
     d, log = sw.X.shape[1], math.log
     base = sw.var_x * (1.0 + q)
     _, weights, total = categorical_weights([lp - 0.5 * (d * log(v := base + extra) + sq_resid / v)
@@ -429,7 +429,7 @@ def split_merge(X: np.ndarray, Z: np.ndarray, alpha: float, sigma_x: float, sigm
                 rng: np.random.Generator) -> np.ndarray:
     """One split-merge Metropolis-Hastings move on Z (N x K+, bool), exact for P([Z]) p(X | Z) (eqs. 2, 6).
 
-    After Meeds et al. 2007 (paper 003, section 3.3): an ordered pair of
+    After Meeds et al. 2007 (paper 003, Sec. 3.3): an ordered pair of
     rows i != j is drawn uniformly, then a feature k of row i and a feature l of row j, uniformly.
     If k = l, feature k is split into a (holding i) and b (holding j), the other rows of k
     allocated by ``_allocate``; if k != l, features k and l are merged into their union (only when
@@ -487,7 +487,7 @@ def sample_features(X: np.ndarray, Z: np.ndarray, sigma_x: float, sigma_a: float
 
 def sample_sigmas(X: np.ndarray, state: LGGibbsState, A: np.ndarray, prior: LGHyperPrior,
                   rng: np.random.Generator) -> LGGibbsState:
-    """sigma_X and sigma_A given A ~ p(A | Z, X) (SPEC 3.4): 1/sigma_X^2 ~ Gamma(a + ND/2, b + |X - ZA|^2/2)
+    """sigma_X and sigma_A given A ~ p(A | Z, X): 1/sigma_X^2 ~ Gamma(a + ND/2, b + |X - ZA|^2/2)
     and 1/sigma_A^2 ~ Gamma(a + K D/2, b + |A|^2/2); a fixed one (prior None) is kept.
     """
     sigma_x, sigma_a = state.sigma_x, state.sigma_a
@@ -515,7 +515,7 @@ def gibbs_sweep(X: np.ndarray, state: LGGibbsState, rng: np.random.Generator,
                 prior: LGHyperPrior = LGHyperPrior(), max_new: int = 6,
                 observed: np.ndarray | None = None, split_merge_moves: int = 0) -> LGGibbsState:
     """One sweep of collapsed Gibbs over all rows, then ``split_merge_moves`` split-merge moves
-    (``split_merge``), then the hyperparameters and imputations (SPEC 3.4).
+    (``split_merge``), then the hyperparameters and imputations.
 
     ``max_new`` truncates the number of new features per row; ``observed`` (N x D bool) marks the
     entries that are data (the others are imputed). Returns the new state.

@@ -1,4 +1,4 @@
-"""Gibbs sampler for the infinite noisy-OR model (SPEC 3.4; Wood, Griffiths & Ghahramani 2006).
+"""Gibbs sampler for the infinite noisy-OR model (Wood, Griffiths & Ghahramani 2006; docs/models/gibbs.md).
 
 Model as in ``pf_noisy_or`` (paper 001 eq. 8): X binary N x D, Z ~ IBP(alpha), Y (K+ x D) iid
 Bern(p). A sweep:
@@ -115,7 +115,7 @@ def sample_y(X: np.ndarray, Z: np.ndarray, Y: np.ndarray, params: NoisyORParams,
 def gibbs_sweep(X: np.ndarray, state: NoisyORGibbsState, params: NoisyORParams, rng: np.random.Generator,
                 observed: np.ndarray | None = None, alpha_prior: tuple[float, float] | None = (1.0, 1.0),
                 max_new: int = 4) -> NoisyORGibbsState:
-    """One sweep: every row of Z (with new features), then Y, then alpha (SPEC 3.4).
+    """One sweep: every row of Z (with new features), then Y, then alpha.
 
     X (N x D) 0/1, ``observed`` (N x D) bool or None, ``alpha_prior`` Gamma (shape, rate) or None
     to hold alpha fixed, ``max_new`` the truncation of K_new. Returns the new state.

@@ -1,4 +1,4 @@
-"""The Indian buffet process prior shared by the IBP samplers (SPEC 3.3, 3.4; paper 001 eq. 2, Alg. 1).
+"""The Indian buffet process prior shared by the IBP samplers (paper 001, eq. 2 and Algorithm 1).
 
 Two representations of Z are used:
 
@@ -30,7 +30,7 @@ Block = TypeVar("Block", bound="IBPParticles")
 
 @dataclass(frozen=True)
 class IBPParticles:
-    """L binary matrices in a padded array (module docstring; SPEC 3.3 particle state).
+    """L binary matrices in a padded array (module docstring).
 
     Z: (L, N, Kc) bool, rows ``0 .. n_rows - 1`` filled; m: (L, Kc) int64 column counts of
     those rows; n_rows: rows processed so far (the same for every particle of a block).
@@ -54,7 +54,7 @@ class IBPParticles:
 
 
 def init_ibp_particles(n_particles: int, n_rows: int) -> IBPParticles:
-    """An empty block: L particles, room for ``n_rows`` rows, no features (SPEC 3.3, Alg. 2 line 1)."""
+    """An empty block: L particles, room for ``n_rows`` rows, no features (paper 001, Algorithm 2, line 1)."""
     return IBPParticles(Z=np.zeros((n_particles, n_rows, 0), bool),
                         m=np.zeros((n_particles, 0), np.int64), n_rows=0)
 
@@ -62,7 +62,7 @@ def init_ibp_particles(n_particles: int, n_rows: int) -> IBPParticles:
 def resize_features(block: Block, capacity: int) -> Block:
     """Pad with zeros or cut the feature axes of every array of ``block`` to ``capacity`` columns.
 
-    Cutting is only valid for columns that are padding in every particle (SPEC 3.3 block layout).
+    Cutting is only valid for columns that are padding in every particle.
     The arrays of the result are new (never views of the input), so callers may write into them.
     """
     changes = {}
@@ -78,7 +78,7 @@ def sample_ibp_conditional(m: np.ndarray, i: int, alpha: float,
                            rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
     """Draw row i (1-based) of Z given the counts m of rows 1..i-1, for many matrices at once.
 
-    Paper 001 Algorithm 1 / SPEC 3.3: z_ik ~ Bern(m_k / i) for the existing features and
+    Paper 001, Algorithm 1: z_ik ~ Bern(m_k / i) for the existing features and
     K_new ~ Poisson(alpha / i). ``m`` is (L, Kc) (zero = padding); returns z (L, Kc) bool and
     K_new (L,) int64.
     """
@@ -87,7 +87,7 @@ def sample_ibp_conditional(m: np.ndarray, i: int, alpha: float,
 
 
 def feature_capacity(k_max: int) -> int:
-    """Columns a particle block reserves for K+ up to ``k_max``: the next power of two (SPEC 3.3).
+    """Columns a particle block reserves for K+ up to ``k_max``: the next power of two.
 
     The filters grow and cut their blocks to this size, so a block that gains features is copied
     into wider arrays only when K+ passes a power of two, not at every new feature.
@@ -193,7 +193,7 @@ def ibp_log_prob(Z: np.ndarray, alpha: float) -> float:
 
 
 def new_feature_log_prior(n_rows: int, alpha: float, max_new: int) -> np.ndarray:
-    """log Poisson(j; alpha / N) for j = 0..max_new: the prior on a row's new features (SPEC 3.4)."""
+    """log Poisson(j; alpha / N) for j = 0..max_new: the prior on a row's new features."""
     j = np.arange(max_new + 1)
     rate = alpha / n_rows
     return j * np.log(rate) - rate - gammaln(j + 1)
@@ -218,7 +218,7 @@ def categorical_index(weights: Sequence[float], total: float, u: float) -> int:
 
 
 def sample_categorical_log(log_p: Sequence[float], rng: np.random.Generator) -> int:
-    """Index drawn with probability proportional to exp(log_p): a truncated posterior (SPEC 3.4).
+    """Index drawn with probability proportional to exp(log_p): a truncated posterior.
 
     Plain Python, as the vectors are short (a handful of K_new values) and this sits in the
     Gibbs samplers' per-row loops; one uniform of ``rng``.
@@ -228,5 +228,5 @@ def sample_categorical_log(log_p: Sequence[float], rng: np.random.Generator) -> 
 
 
 def sample_alpha(k_plus: int, n_rows: int, shape: float, rate: float, rng: np.random.Generator) -> float:
-    """alpha | Z ~ Gamma(shape + K+, rate + H_N), the conjugate update under eq. 2 (SPEC 3.4)."""
+    """alpha | Z ~ Gamma(shape + K+, rate + H_N), the conjugate update under paper 001's eq. 2."""
     return float(rng.gamma(shape + k_plus, 1.0 / (rate + harmonic_number(n_rows))))

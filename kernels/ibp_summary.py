@@ -1,5 +1,5 @@
 """Posterior summaries of the IBP samplers that add up over particle blocks and retained sweeps
-(SPEC 3.3 "posterior summaries", 3.4, 4 "ZZ^T error"; paper 001 section 4.2).
+(docs/models/particle-filters.md and docs/models/gibbs.md; the ZZ^T error of paper 001, Sec. 4.2).
 
 A ``Summary`` holds weighted *sums*: sum_l w_l Z_l Z_l^T, the weight of every K+, and per IBP
 equivalence class its mass and sum_l w_l F_l of the features F (A's posterior mean for
@@ -100,7 +100,7 @@ def most_probable_class(summary: Summary) -> str:
 
 
 def finalise(summary: Summary) -> dict[str, np.ndarray]:
-    """Posterior expectations from the sums (SPEC 3.3): E[ZZ^T] (N x N), P(K+ = k), E[K+],
+    """Posterior expectations from the sums: E[ZZ^T] (N x N), P(K+ = k), E[K+],
     E[A | most probable class] (K+ x D), that class's left-ordered Z and its posterior mass."""
     total = summary.weight
     k_dist = summary.k_mass / total

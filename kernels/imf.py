@@ -1,10 +1,10 @@
-"""IMF: variational infinite linear-Gaussian matrix factorisation (SPEC 3.1; paper 000, section 2).
+"""IMF: variational infinite linear-Gaussian matrix factorisation (paper 000, Sec. 2; docs/models/imf.md).
 
-Model (SPEC 3.1): x_ij ~ N(z_i . a_j, 1/eta_X) for (i, j) in Omega, z_ik ~ Bern(pi_k) under the IBP
+Model: x_ij ~ N(z_i . a_j, 1/eta_X) for (i, j) in Omega, z_ik ~ Bern(pi_k) under the IBP
 limit with the paper's equivalence classes, a_kj ~ N(0, 1/eta_A), eta_X ~ Gamma(ax0, bx0),
 eta_A ~ Gamma(aa0, ba0) and alpha fixed or ~ Gamma(alpha_a0, alpha_b0) (shape, rate).
 
-The kernels follow the engine's split (SPEC 2):
+The kernels follow the engine's split (a local step per row chunk, then a small global update):
 
 * ``row_step`` works on one row chunk given the broadcast column posteriors and returns the chunk's
   new q(z) and its statistics (``chunk_stats``), a dict of float64 arrays that add up elementwise
@@ -24,12 +24,13 @@ when the chunk has no mask or (D, K, K) sum_{i in Omega_j} E[z_i z_i^T] when it 
 ``sum_nu`` (K,) sum_i nu_ik, ``entropy_z`` () the entropy of the chunk's q(Z). Either every chunk
 has a mask (all True where nothing is missing) or none has, so that the ``zz`` shapes agree.
 
-Choosing K+ (SPEC 3.1) uses chunk-local pieces plus small client steps: ``residual`` per chunk, its
+Choosing K+ (docs/models/imf.md) uses chunk-local pieces plus small client steps: ``residual`` per chunk, its
 sums R^T R and sum_i r_i reduced, ``residual_directions`` on the client, projections p = R v per
 chunk, ``orient_and_split`` on the gathered p (one float per row), ``new_feature_column`` per chunk;
 ``keep_features`` / ``select_features`` prune features whose reduced sum_i nu_ik is too small. The restart
-at a new K+ (issue #13) is ``gram_sums`` of the data reduced, ``whitening`` on the client, ``ica_sums`` per
-chunk and ``ica_step`` on the client until FastICA converges, ``binary_sources`` on the gathered sources.
+at a new K+, which separates features that the residual directions mix, is ``gram_sums`` of the data
+reduced, ``whitening`` on the client, ``ica_sums`` per chunk and ``ica_step`` on the client until FastICA
+converges, ``binary_sources`` on the gathered sources.
 ``swap_rows`` (in ``row_step`` with ``swaps``) exchanges two features' q(z) in a row where that raises L.
 Row and column offsets (an extension of the paper's model, ``remove_offsets``) are fitted the same
 way: ``row_offsets`` per chunk, ``column_offset_stats`` reduced, ``column_offsets`` on the client.
@@ -58,12 +59,12 @@ ICA_RANK_TOL = 1e-10
 of W are then linearly dependent to rounding, and its inverse square root would amplify rounding noise."""
 
 LOGIT_BOUND = 345.0
-"""Bound on |logit nu_ik| in the q(z) update (SPEC 3.1): every nu_ik lies in [expit(-345), 1], expit(-345) =
+"""Bound on |logit nu_ik| in the q(z) update: every nu_ik lies in [expit(-345), 1], expit(-345) =
 1.5e-150.
 
 A fit drives q(z) to saturation: unbounded, the smallest nu_ik fall to 1e-309 and the products nu_ir nu_ik
 that ``chunk_stats`` forms (E[z_i z_i^T]) become subnormal floats, which the CPU handles many times slower
-than normal ones (the row step ran 2.2x slower; benchmarks/README.md section 22). With the bound, a
+than normal ones (measured: the row step ran 2.2x slower). With the bound, a
 product of two nu_ik is at least 2.2e-300, a normal float (the smallest is 2.2e-308). The bound is far below
 anything float64 resolves in a sum or in L: in each nu_ik, L is nu_ik logit_ik + H(nu_ik) + const, so
 holding nu_ik at the bound instead of expit(logit_ik) lowers L by less than 1.5e-150 |logit_ik|, against
@@ -75,7 +76,7 @@ gives 0) or at least 1.1e-16, never subnormal.
 
 @dataclass(frozen=True)
 class Hyper:
-    """Hyper-parameters of IMF (SPEC 3.1): Gamma priors as (shape, rate), alpha fixed or learned.
+    """Hyper-parameters of IMF: Gamma priors as (shape, rate), alpha fixed or learned.
 
     ``alpha=None`` gives alpha the Gamma(alpha_a0, alpha_b0) hyperprior and a variational q(alpha).
     """
@@ -93,18 +94,18 @@ class Hyper:
 
 
 def beta_log_means(t1: np.ndarray, t2: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """E ln pi and E ln(1 - pi) under Beta(t1, t2) (SPEC 3.1, q(pi_k))."""
+    """E ln pi and E ln(1 - pi) under Beta(t1, t2), as in q(pi_k)."""
     total = digamma(t1 + t2)
     return digamma(t1) - total, digamma(t2) - total
 
 
 def gamma_means(shape: np.ndarray, rate: np.ndarray) -> tuple[float, float]:
-    """E[eta] and E[ln eta] under Gamma(shape, rate) (SPEC 3.1, q(eta_X), q(eta_A))."""
+    """E[eta] and E[ln eta] under Gamma(shape, rate) (for q(eta_X) and q(eta_A))."""
     return float(shape / rate), float(digamma(shape) - np.log(rate))
 
 
 def second_moments(post: Post) -> np.ndarray:
-    """Lambda^j = V_j + m_j m_j^T for every column, shape (D, K, K) (SPEC 3.1)."""
+    """Lambda^j = V_j + m_j m_j^T for every column, shape (D, K, K)."""
     m = post["m"]
     return post["V"] + m[:, :, None] * m[:, None, :]
 
@@ -115,7 +116,7 @@ def column_total(a: np.ndarray, n_columns: int) -> np.ndarray:
 
 
 def lambda_total(post: Post) -> np.ndarray:
-    """sum_j Lambda^j (K, K) without forming the per-column array (SPEC 3.1)."""
+    """sum_j Lambda^j (K, K) without forming the per-column array."""
     m = post["m"]
     return column_total(post["V"], m.shape[0]) + m.T @ m
 
@@ -124,7 +125,7 @@ def lambda_total(post: Post) -> np.ndarray:
 
 
 def row_terms(x: np.ndarray, mask: np.ndarray | None, post: Post) -> tuple[np.ndarray, np.ndarray]:
-    """Per-row pieces of the q(z) logit (SPEC 3.1): b_ik = sum_{j in Omega_i} x_ij m_jk and
+    """Per-row pieces of the q(z) logit (paper 000, eq. (8)): b_ik = sum_{j in Omega_i} x_ij m_jk and
     G_i = sum_{j in Omega_i} Lambda^j, one shared (K, K) G when the chunk has no mask, else (n, K, K).
     """
     m = post["m"]
@@ -138,7 +139,7 @@ def row_terms(x: np.ndarray, mask: np.ndarray | None, post: Post) -> tuple[np.nd
 
 def sweep_rows(nu: np.ndarray, b: np.ndarray, g: np.ndarray, prior_logit: np.ndarray,
                eta_x: float) -> np.ndarray:
-    """One coordinate-ascent sweep over k of q(z_ik), vectorised over rows (SPEC 3.1 logit formula):
+    """One coordinate-ascent sweep over k of q(z_ik), vectorised over rows (the logit of paper 000, eq. (8)):
     logit nu_ik = E ln pi_k - E ln(1-pi_k) - (E eta_X / 2)(G_kk - 2 b_ik + 2 sum_{r != k} nu_ir G_rk),
     clipped to +-``LOGIT_BOUND`` so that no product of two nu_ik is a subnormal float.
     """
@@ -152,7 +153,7 @@ def sweep_rows(nu: np.ndarray, b: np.ndarray, g: np.ndarray, prior_logit: np.nda
 
 
 def swap_gains(nu: np.ndarray, b: np.ndarray, g: np.ndarray, prior_logit: np.ndarray, eta_x: float) -> np.ndarray:
-    """(n, K, K): entry [i, k, l] is the change of L from exchanging nu_ik and nu_il (SPEC 3.1 row terms; the
+    """(n, K, K): entry [i, k, l] is the change of L from exchanging nu_ik and nu_il (row i's terms of L; the
     entropy of q(z_i) is unchanged). L's part of row i is nu_i . (logit + eta_X b_i) - (eta_X / 2)(nu_i G nu_i^T
     + sum_r G_rr (nu_ir - nu_ir^2)); the exchange adds e = delta (e_k - e_l), delta = nu_il - nu_ik."""
     delta = nu[:, None, :] - nu[:, :, None]
@@ -188,7 +189,7 @@ def swap_rows(nu: np.ndarray, b: np.ndarray, g: np.ndarray, prior_logit: np.ndar
 
 
 def chunk_stats(x: np.ndarray, mask: np.ndarray | None, nu: np.ndarray) -> Stats:
-    """The chunk's additive sufficient statistics for q(A), q(pi), q(eta_X) and L (SPEC 3.1).
+    """The chunk's additive sufficient statistics for q(A), q(pi), q(eta_X) and L.
 
     E[z_i z_i^T] has nu_ir nu_ik off the diagonal and nu_ik on it. Keys and shapes: module docstring.
     """
@@ -218,12 +219,12 @@ def chunk_stats(x: np.ndarray, mask: np.ndarray | None, nu: np.ndarray) -> Stats
 
 def row_step(x: np.ndarray, mask: np.ndarray | None, nu: np.ndarray, post: Post,
              n_sweeps: int = 1, prior_logit: np.ndarray | None = None, swaps: bool = False) -> tuple[np.ndarray, Stats]:
-    """Update q(z_i) of every row of a chunk given the column posteriors (SPEC 3.1, paper eq. 8),
+    """Update q(z_i) of every row of a chunk given the column posteriors (paper 000, eq. (8)),
     then return the new nu (n, K) and the chunk's statistics (``chunk_stats``). With ``swaps``, each row
     first takes its best exchange of two features (``swap_rows``), which coordinate ascent cannot make.
 
     ``prior_logit`` (K,) is E ln pi_k - E ln(1 - pi_k); None takes it from q(pi_k) = Beta(t1, t2) (IMF, VFMF),
-    a model whose E ln(1 - pi_k) has no closed form passes its own (TVIMF, SPEC 3.8).
+    a model whose E ln(1 - pi_k) has no closed form passes its own (TVIMF, docs/models/comparators.md).
     """
     b, g = row_terms(x, mask, post)
     if prior_logit is None:
@@ -239,7 +240,7 @@ def row_step(x: np.ndarray, mask: np.ndarray | None, nu: np.ndarray, post: Post,
 
 def fit_rows(x: np.ndarray, mask: np.ndarray | None, post: Post, tol: float = 1e-8,
              max_sweeps: int = 500) -> np.ndarray:
-    """q(z_i) of rows not in the fit, with the column posteriors fixed (SPEC 3.1 row update).
+    """q(z_i) of rows not in the fit, with the column posteriors fixed (``row_step``'s update).
 
     Starts every nu_ik at E[pi_k] and repeats the coordinate-ascent sweep (``sweep_rows``) until no
     nu_ik moves by more than ``tol`` (or ``max_sweeps`` sweeps): a fixed point of paper eq. 8 for each
@@ -262,14 +263,14 @@ def fit_rows(x: np.ndarray, mask: np.ndarray | None, post: Post, tol: float = 1e
 
 
 def update_pi(stats: Stats, post: Post, hyper: Hyper) -> Post:
-    """q(pi_k) = Beta(sum_i nu_ik, N - sum_i nu_ik + 1) (SPEC 3.1, paper eq. 7)."""
+    """q(pi_k) = Beta(sum_i nu_ik, N - sum_i nu_ik + 1) (paper 000, eq. (7))."""
     return {**post, "t1": stats["sum_nu"].copy(), "t2": stats["n_rows"] - stats["sum_nu"] + 1.0}
 
 
 def gaussian_columns(prior_precision: np.ndarray, prior_shift: np.ndarray | float, stats: Stats,
                      eta_x: float) -> tuple[np.ndarray, np.ndarray]:
     """q(a_j) = N(m_j, V_j) with precision P_j = prior_precision_j + E[eta_X] sum_{Omega_j} E[z z^T]
-    and m_j = V_j (prior_shift_j + E[eta_X] sum_{Omega_j} x_ij nu_i) (SPEC 3.1 q(a_j), 3.2 q(a_j)).
+    and m_j = V_j (prior_shift_j + E[eta_X] sum_{Omega_j} x_ij nu_i) (IMF's q(a_j) and INMF's).
 
     Shapes broadcast: a (K, K) precision gives one shared V, a (D, K, K) one gives one per column.
     """
@@ -282,7 +283,7 @@ def gaussian_columns(prior_precision: np.ndarray, prior_shift: np.ndarray | floa
 
 
 def update_a(stats: Stats, post: Post, hyper: Hyper) -> Post:
-    """IMF q(a_j) with the Gaussian prior N(0, I / E[eta_A]) (SPEC 3.1, paper eqs. 9-11)."""
+    """IMF q(a_j) with the Gaussian prior N(0, I / E[eta_A]) (paper 000, eqs. (9)-(11))."""
     eta_a, _ = gamma_means(post["aa"], post["ba"])
     k = stats["sum_nu"].shape[0]
     m, v = gaussian_columns(eta_a * np.eye(k), 0.0, stats, gamma_means(post["ax"], post["bx"])[0])
@@ -302,25 +303,25 @@ def zz_dot_lambda(zz: np.ndarray, post: Post) -> float:
 
 def expected_sq_error(stats: Stats, post: Post) -> float:
     """sum_Omega E[(x_ij - z_i a_j)^2] = sum x^2 - 2 x nu_i.m_j + sum_rk E[z_ir z_ik] Lambda^j_rk
-    (SPEC 3.1, the corrected eta_X rate)."""
+    (this keeps Var(z), which paper 000's eta_X update, with E[z] E[a a^T] E[z]^T, drops)."""
     return float(stats["xx"] - 2.0 * np.sum(stats["xz"] * post["m"]) + zz_dot_lambda(stats["zz"], post))
 
 
 def update_eta_x(stats: Stats, post: Post, hyper: Hyper) -> Post:
-    """q(eta_X) = Gamma(ax0 + |Omega|/2, bx0 + sum_Omega E[(x - z a)^2] / 2) (SPEC 3.1)."""
+    """q(eta_X) = Gamma(ax0 + |Omega|/2, bx0 + sum_Omega E[(x - z a)^2] / 2)."""
     return {**post, "ax": np.float64(hyper.ax0 + 0.5 * stats["n_obs"]),
             "bx": np.float64(hyper.bx0 + 0.5 * expected_sq_error(stats, post))}
 
 
 def update_eta_a(stats: Stats, post: Post, hyper: Hyper) -> Post:
-    """q(eta_A) = Gamma(aa0 + K+ D / 2, ba0 + sum_j trace(Lambda^j) / 2) (SPEC 3.1)."""
+    """q(eta_A) = Gamma(aa0 + K+ D / 2, ba0 + sum_j trace(Lambda^j) / 2)."""
     d, k = post["m"].shape
     return {**post, "aa": np.float64(hyper.aa0 + 0.5 * k * d),
             "ba": np.float64(hyper.ba0 + 0.5 * np.trace(lambda_total(post)))}
 
 
 def update_alpha(stats: Stats, post: Post, hyper: Hyper) -> Post:
-    """q(alpha) = Gamma(alpha_a0 + K+, alpha_b0 + H_N) when alpha is learned (SPEC 3.1: alpha enters L
+    """q(alpha) = Gamma(alpha_a0 + K+, alpha_b0 + H_N) when alpha is learned (alpha enters L
     only through K+ ln alpha - alpha H_N); a fixed alpha leaves ``post`` unchanged."""
     if hyper.alpha is not None:
         return post
@@ -332,7 +333,7 @@ ColumnStep = Callable[[Stats, Post, Hyper], Post]
 
 
 def column_update(stats: Stats, hyper: Hyper, post: Post, a_update: ColumnStep = update_a) -> Post:
-    """The global step (SPEC 3.1, paper Algorithm 1): q(pi), q(A), q(eta_X), q(eta_A), q(alpha) in
+    """The global step (paper 000, Algorithm 1): q(pi), q(A), q(eta_X), q(eta_A), q(alpha) in
     turn from the summed statistics, each a coordinate-ascent step on L. ``post`` supplies the current
     q(eta) for the q(A) step; ``a_update`` is the q(A) step (IMF here, EP for INMF)."""
     for step in (update_pi, a_update, update_eta_x, update_eta_a, update_alpha):
@@ -357,7 +358,7 @@ def gaussian_prior_a(stats: Stats, post: Post, hyper: Hyper) -> float:
 
 
 def ibp_terms(stats: Stats, post: Post, hyper: Hyper) -> float:
-    """E_q ln of the IBP equivalence-class prior of (Z+, pi+) (SPEC 3.1, paper eqs. 5-6, T3).
+    """E_q ln of the IBP equivalence-class prior of (Z+, pi+) (paper 000, eqs. (5)-(6) and appendix term T3).
 
     Finite form used (K -> infinity limit of C_K^{K+} prod_k p(z_k, pi_k) prod p(z_k = 0)):
     ln p(Z+, pi+ | alpha) = sum_{k<=K+} [ (m_k - 1) ln pi_k + (N - m_k) ln(1 - pi_k) + ln(alpha / k) ]
@@ -371,7 +372,7 @@ def ibp_terms(stats: Stats, post: Post, hyper: Hyper) -> float:
 
 def alpha_terms(stats: Stats, post: Post, hyper: Hyper) -> float:
     """sum_{k<=K+} ln(alpha / k) - alpha H_N, under q(alpha) with -KL(q(alpha) || p(alpha)) when alpha
-    is learned (SPEC 3.1: K+ ln alpha - ln K+! - alpha H_N)."""
+    is learned (for a fixed alpha: K+ ln alpha - ln K+! - alpha H_N)."""
     k = post["m"].shape[1]
     h_n = harmonic_number(int(stats["n_rows"]))
     if hyper.alpha is not None:
@@ -401,8 +402,8 @@ PriorTerm = Callable[[Stats, Post, Hyper], float]
 
 def evidence_terms(stats: Stats, post: Post, hyper: Hyper,
                    prior_a: PriorTerm = gaussian_prior_a) -> dict[str, float]:
-    """The named terms of L(q; K+) (SPEC 3.1, paper appendix made complete). Only ``stats`` depends on
-    the rows, so L is exact at any point of the alternation; ``prior_a`` is the E ln p(A) term
+    """The named terms of L(q; K+) (paper 000, appendix A, with the terms it leaves out added). Only
+    ``stats`` depends on the rows, so L is exact at any point of the alternation; ``prior_a`` is the E ln p(A) term
     (the Gaussian prior here, the EP sites for INMF)."""
     return {
         "loglik": expected_log_lik(stats, post),
@@ -418,7 +419,7 @@ def evidence_terms(stats: Stats, post: Post, hyper: Hyper,
 
 
 def evidence(stats: Stats, post: Post, hyper: Hyper) -> float:
-    """L(q; K+) of IMF: the sum of ``evidence_terms`` (SPEC 3.1)."""
+    """L(q; K+) of IMF: the sum of ``evidence_terms``."""
     return float(sum(evidence_terms(stats, post, hyper).values()))
 
 
@@ -431,7 +432,7 @@ def observed(x: np.ndarray, mask: np.ndarray | None) -> np.ndarray:
 
 
 def residual(x: np.ndarray, mask: np.ndarray | None, nu: np.ndarray, m: np.ndarray) -> np.ndarray:
-    """R = X - E[Z] E[A] on the observed entries, 0 where missing (SPEC 3.1, choosing K+)."""
+    """R = X - E[Z] E[A] on the observed entries, 0 where missing: where the K+ search starts a new feature."""
     r = x - nu @ m.T
     return r if mask is None else np.where(mask, r, 0.0)
 
@@ -443,14 +444,14 @@ def gram_sums(r: np.ndarray) -> Stats:
 
 def residual_directions(gram: np.ndarray, col_sum: np.ndarray, n_rows: float, count: int) -> np.ndarray:
     """The ``count`` leading eigenvectors (D, count), largest first, of the residual's covariance
-    R^T R - s s^T / N built from chunk sums of R^T R and s = sum_i r_i (SPEC 3.1: a new feature starts
+    R^T R - s s^T / N built from chunk sums of R^T R and s = sum_i r_i (a new feature starts
     from a leading singular direction of the residual; centring keeps features that co-occur apart)."""
     _, vectors = np.linalg.eigh(gram - np.outer(col_sum, col_sum) / n_rows)
     return vectors[:, ::-1][:, :count]
 
 
 def orient_and_split(p: np.ndarray, n_iter: int = 20) -> tuple[float, float]:
-    """Sign and threshold that turn the projections p_i = r_i . v into a binary feature (SPEC 3.1).
+    """Sign and threshold that turn the projections p_i = r_i . v into a binary feature.
 
     p_i is about z_i c for the new feature's z_i in {0, 1}: the sign makes c > 0 (mean of p), the
     threshold is the 1-D two-means split of sign * p.
@@ -476,7 +477,7 @@ def new_feature_column(p: np.ndarray, sign: float, threshold: float, soft: float
 
 
 def keep_features(sum_nu: np.ndarray, threshold: float) -> np.ndarray:
-    """Boolean (K,) of features to keep: sum_i nu_ik at or above the pruning threshold (SPEC 3.1)."""
+    """Boolean (K,) of features to keep: sum_i nu_ik at or above the pruning threshold."""
     return sum_nu >= threshold
 
 
@@ -484,7 +485,7 @@ FEATURE_AXES: dict[str, tuple[int, ...]] = {"m": (1,), "V": (-2, -1), "t1": (0,)
 
 
 def select_features(post: Post, keep: np.ndarray, axes: dict[str, tuple[int, ...]] = FEATURE_AXES) -> Post:
-    """``post`` restricted to the kept features along each per-feature axis (SPEC 3.1 pruning)."""
+    """``post`` restricted to the kept features along each per-feature axis (pruning)."""
     out = dict(post)
     for key, key_axes in axes.items():
         for axis in key_axes:
@@ -497,7 +498,7 @@ def select_features(post: Post, keep: np.ndarray, axes: dict[str, tuple[int, ...
 
 def row_offsets(x: np.ndarray, mask: np.ndarray | None, col_offsets: np.ndarray, reg: float) -> np.ndarray:
     """b_i = sum_{j in Omega_i} (x_ij - c_j) / (|Omega_i| + reg): the ridge (MAP) row offsets given the
-    column offsets c (extension of SPEC 3.1, see ``remove_offsets``); 0 for a row with nothing observed."""
+    column offsets c (an extension of paper 000's model, see ``remove_offsets``); 0 for a row with nothing observed."""
     observed = np.ones(x.shape, dtype=bool) if mask is None else mask
     resid = np.where(observed, x - col_offsets[None, :], 0.0)
     return resid.sum(axis=1) / (observed.sum(axis=1) + reg)
@@ -521,7 +522,7 @@ def remove_offsets(x: np.ndarray, mask: np.ndarray | None, row_off: np.ndarray,
                    col_off: np.ndarray) -> np.ndarray:
     """x_ij - b_i - c_j on the observed entries, 0 where missing.
 
-    Extension of the paper's model (not in paper 000 or SPEC 3.1): x_ij ~ N(b_i + c_j + z_i . a_j, 1/eta_X)
+    Extension of the paper's model (not in paper 000): x_ij ~ N(b_i + c_j + z_i . a_j, 1/eta_X)
     with row and column offsets fitted first, as MAP estimates under Gaussian priors (alternating
     ``row_offsets`` and ``column_offsets``), and held fixed while IMF/INMF fits the centred data. Binary
     data with rows of very different density (role mining) are ranked by these offsets where z_i . a_j
@@ -535,7 +536,7 @@ def remove_offsets(x: np.ndarray, mask: np.ndarray | None, row_off: np.ndarray,
 
 
 def initial_post(stats: Stats, hyper: Hyper) -> Post:
-    """The K+ = 0 state: no features, q(eta_A) at its prior, q(eta_X) fitted to X alone (SPEC 3.1).
+    """The K+ = 0 state: no features, q(eta_A) at its prior, q(eta_X) fitted to X alone.
 
     ``stats`` are those of an (N, 0) nu; V is (D, 0, 0) when they are per-column (a mask exists).
     """
@@ -553,7 +554,7 @@ def keep_post(post: Post, hyper: Hyper) -> Post:
 
 @dataclass(frozen=True)
 class Model:
-    """The model-specific pieces of the alternation, so one driver serves IMF and INMF (SPEC 3.1-3.2)."""
+    """The model-specific pieces of the alternation, so one driver serves IMF and INMF."""
 
     column_update: Callable[[Stats, Hyper, Post], Post] = column_update
     evidence: Callable[[Stats, Post, Hyper], float] = evidence
@@ -592,7 +593,7 @@ def ica_step(sums: Stats, unmixing: np.ndarray, n_rows: float) -> np.ndarray | N
 
     Binary sources z_ik ~ Bern(p_k), p_k != 1/2, are skewed (skewness (1 - 2 p) / sqrt(p (1 - p))), so
     maximising the third moments of the whitened rows unmixes X = Z A + noise into one source per feature
-    where the residual directions mix them (issue #13 item 3).
+    where the residual directions mix them.
     """
     updated = sums["gy"] / n_rows - 2.0 * (sums["y_sum"] / n_rows)[:, None] * unmixing
     if not np.all(np.isfinite(updated)):

@@ -1,4 +1,4 @@
-"""INMF: Power-EP infinite nonnegative MF (SPEC 3.2; paper 000, section 3).
+"""INMF: Power-EP infinite nonnegative MF (paper 000, Sec. 3; docs/models/inmf.md).
 
 Same model as IMF (``imf``) but a_kj ~ N(0, 1/eta_A) I(a_kj >= 0), i.e. the normalised density
 p(a_kj | eta_A) = 2 N(a_kj | 0, 1/eta_A) on a_kj >= 0. The prior is approximated by one Gaussian
@@ -11,7 +11,7 @@ Extra state in ``post``: ``tau``, ``rho`` (D, K) the sites' natural parameters a
 their log normalisers ln s_kj (chosen at each update so that the scaled site s * site and the exact
 prior factor give the cavity the same mass).
 
-EP evidence (SPEC 3.2): the VB terms of SPEC 3.1 with E ln p(A | eta_A) replaced by
+EP evidence: IMF's VB terms (``kernels.imf``) with E ln p(A | eta_A) replaced by
 E_q sum_kj ln site_kj(a_kj) + sum_kj ln s_kj. The sites are fitted at eta_A = E[eta_A]; q(eta_A)
 keeps its IMF update (the truncated prior has the same eta_A-dependence, sqrt(eta_A) exp(-eta_A a^2/2),
 with E[a^2] from q, which matches the tilted moments at an EP fixed point) and its -KL(q || prior)
@@ -34,7 +34,7 @@ SQRT_2_OVER_PI = float(np.sqrt(2.0 / np.pi))
 
 @dataclass(frozen=True)
 class InmfHyper(Hyper):
-    """IMF hyper-parameters plus the EP schedule (SPEC 3.2): ``damping`` d in (0, 1] of the site
+    """IMF hyper-parameters plus the EP schedule: ``damping`` d in (0, 1] of the site
     update and ``ep_sweeps`` passes over all sites per column update."""
 
     damping: float = 0.7
@@ -42,7 +42,7 @@ class InmfHyper(Hyper):
 
 
 def truncnorm_moments(m_w: np.ndarray, v_w: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Mean, variance and ln Phi(z) of N(m_w, v_w) truncated to [0, inf) (SPEC 3.2 step 2).
+    """Mean, variance and ln Phi(z) of N(m_w, v_w) truncated to [0, inf) (the tilted distribution of an EP site update).
 
     z = m_w / sqrt(v_w), r = phi(z) / Phi(z), mean = m_w + sqrt(v_w) r, variance = v_w (1 - r (r + z)).
     r is exp(log phi(z) - log_ndtr(z)) written as sqrt(2/pi) / erfcx(-z / sqrt(2)): the same number,
@@ -81,7 +81,7 @@ def add_to_site(m: np.ndarray, v: np.ndarray, k: int, d_tau: np.ndarray,
 
 
 def site_update(post: Post, k: int, eta_a: float, damping: float) -> Post:
-    """EP update of the sites (k, j) for all columns j at once (SPEC 3.2; paper eqs. 15-20, marginal form).
+    """EP update of the sites (k, j) for all columns j at once (paper 000, eqs. (15)-(20), in marginal form).
 
     1. cavity marginal N(m_c, v_c) of a_kj: q's marginal with the site divided out (rank-one downdate);
     2. tilted moments of N(a; m_c, v_c) N(a; 0, 1/eta_A) I(a >= 0) via ``truncnorm_moments``;
@@ -117,7 +117,7 @@ def site_update(post: Post, k: int, eta_a: float, damping: float) -> Post:
 
 def update_a(stats: Stats, post: Post, hyper: InmfHyper) -> Post:
     """INMF q(A): the Gaussian from the likelihood messages and the current sites, then
-    ``hyper.ep_sweeps`` EP passes over the sites k = 1..K+, vectorised over columns (SPEC 3.2)."""
+    ``hyper.ep_sweeps`` EP passes over the sites k = 1..K+, vectorised over columns."""
     eta_x, _ = imf.gamma_means(post["ax"], post["bx"])
     eta_a, _ = imf.gamma_means(post["aa"], post["ba"])
     tau = post["tau"]
@@ -131,30 +131,30 @@ def update_a(stats: Stats, post: Post, hyper: InmfHyper) -> Post:
 
 
 def column_update(stats: Stats, hyper: InmfHyper, post: Post) -> Post:
-    """INMF global step: IMF's ``column_update`` with the EP q(A) step (SPEC 3.2, paper Algorithm 1)."""
+    """INMF global step: IMF's ``column_update`` with the EP q(A) step (paper 000, Algorithm 1)."""
     return imf.column_update(stats, hyper, post, a_update=update_a)
 
 
 def site_prior_a(stats: Stats, post: Post, hyper: InmfHyper) -> float:
     """E_q sum_kj ln(s_kj site_kj(a_kj)) = sum_kj [-tau_kj E[a_kj^2] / 2 + rho_kj m_jk + ln s_kj],
-    the EP stand-in for E ln p(A | eta_A) (SPEC 3.2 evidence)."""
+    the EP stand-in for E ln p(A | eta_A) (module docstring)."""
     second = np.diagonal(imf.second_moments(post), axis1=1, axis2=2)
     return float(np.sum(-0.5 * post["tau"] * second + post["rho"] * post["m"] + post["lns"]))
 
 
 def evidence_terms(stats: Stats, post: Post, hyper: InmfHyper) -> dict[str, float]:
-    """The named terms of the EP/VB free energy: IMF's with the site term as ``prior_a`` (SPEC 3.2)."""
+    """The named terms of the EP/VB free energy: IMF's with the site term as ``prior_a``."""
     return imf.evidence_terms(stats, post, hyper, prior_a=site_prior_a)
 
 
 def evidence(stats: Stats, post: Post, hyper: InmfHyper) -> float:
-    """The INMF evidence L(q; K+) used to choose K+: the sum of ``evidence_terms`` (SPEC 3.2)."""
+    """The INMF evidence L(q; K+) used to choose K+: the sum of ``evidence_terms``."""
     return float(sum(evidence_terms(stats, post, hyper).values()))
 
 
 def prior_sites(post: Post, n_features: int) -> dict[str, np.ndarray]:
     """Sites equal to the untruncated prior N(0, 1/E[eta_A]) for ``n_features`` features:
-    tau = E[eta_A], rho = 0, ln s = ln sqrt(E[eta_A] / 2 pi) (their starting point, SPEC 3.2)."""
+    tau = E[eta_A], rho = 0, ln s = ln sqrt(E[eta_A] / 2 pi) (their starting point)."""
     d = post["m"].shape[0]
     eta_a, _ = imf.gamma_means(post["aa"], post["ba"])
     return {"tau": np.full((d, n_features), eta_a), "rho": np.zeros((d, n_features)),

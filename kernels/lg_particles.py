@@ -1,5 +1,6 @@
-"""The particle block of the collapsed linear-Gaussian filter (SPEC 3.3; paper 001 Alg. 2): what the
-filter's step (``pf_linear_gaussian``) and its proposals (``pf_proposals``) both read.
+"""The particle block of the collapsed linear-Gaussian filter (paper 001, Algorithm 2;
+docs/models/particle-filters.md): what the filter's step (``pf_linear_gaussian``) and its proposals
+(``pf_proposals``) both read.
 
 Each particle carries the Gaussian posterior of A given its Z and the rows seen so far. Layout
 (``LGParticles``, extending ``ibp_prior.IBPParticles``):
@@ -31,7 +32,7 @@ class LGParticles(IBPParticles):
 
 
 def init_lg_particles(n_particles: int, n_rows: int, n_cols: int, per_column: bool = False) -> LGParticles:
-    """An empty block (SPEC 3.3). ``per_column=True`` keeps one S per column (needed with masks)."""
+    """An empty block. ``per_column=True`` keeps one S per column (needed with masks)."""
     n_cov = n_cols if per_column else 1
     return LGParticles(Z=np.zeros((n_particles, n_rows, 0), bool), m=np.zeros((n_particles, 0), np.int64),
                        n_rows=0, M=np.zeros((n_particles, 0, n_cols)),

@@ -1,4 +1,4 @@
-"""Scores of predictions against held-out truths (SPEC 4): AUC for binary entries, RMSE/MAE/NMAE for
+"""Scores of predictions against held-out truths: AUC for binary entries, RMSE/MAE/NMAE for
 real ones, and the IBP experiments' ZZ^T and base errors against the true Z and features. Plain
 NumPy/SciPy."""
 
@@ -33,14 +33,14 @@ def auc(scores: np.ndarray, labels: np.ndarray) -> float:
 
 
 def error_metrics(predicted: np.ndarray, truth: np.ndarray, value_range: float) -> dict:
-    """RMSE, MAE and NMAE = MAE / (r_max - r_min) (SPEC 4, collaborative filtering)."""
+    """RMSE, MAE and NMAE = MAE / (r_max - r_min) (paper 000, Sec. 4.2, collaborative filtering)."""
     err = predicted - truth
     mae = float(np.abs(err).mean())
     return {"rmse": float(np.sqrt((err ** 2).mean())), "mae": mae, "nmae": mae / value_range}
 
 
 def zzt_error(expected_zzt: np.ndarray, Z_true: np.ndarray) -> float:
-    """L1 norm of the upper triangle (with diagonal) of E[Z Z^T] - Z Z^T (SPEC 4; paper 001 section 4.2)."""
+    """L1 norm of the upper triangle (with diagonal) of E[Z Z^T] - Z Z^T (paper 001, Sec. 4.2)."""
     Zt = np.asarray(Z_true, np.float64)
     return float(np.abs(np.triu(expected_zzt - Zt @ Zt.T)).sum())
 
@@ -55,7 +55,7 @@ def constant_zzt_error(Z_true: np.ndarray) -> float:
 
 
 def base_error(A_true: np.ndarray, A_est: np.ndarray) -> float:
-    """Mean over true features of the mean squared difference to the closest estimated feature (SPEC 4)."""
+    """Mean over true features of the mean squared difference to the closest estimated feature (paper 000, Sec. 4.1)."""
     sq = ((A_true[:, None, :] - A_est[None, :, :]) ** 2).mean(axis=2)
     return float(sq.min(axis=1).mean())
 

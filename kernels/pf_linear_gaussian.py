@@ -1,4 +1,4 @@
-"""Collapsed particle filter for the infinite linear-Gaussian model (SPEC 3.3; paper 001 Alg. 2).
+"""Collapsed particle filter for the infinite linear-Gaussian model (paper 001, Algorithm 2).
 
 Model: X = Z A + noise, noise iid N(0, sigma_X^2), A (K+ x D) iid N(0, sigma_A^2), Z ~ IBP(alpha).
 A is integrated out: each particle carries the Gaussian posterior of A given its Z and the rows
@@ -27,7 +27,7 @@ def _diagonal(S: np.ndarray) -> np.ndarray:
 
 def kalman_row_update(z: np.ndarray, new: np.ndarray, M: np.ndarray, S: np.ndarray, x: np.ndarray, sigma_x: float,
                       sigma_a: float, observed: np.ndarray | None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Predictive log-density of row x and the RLS update of (M, S) for every particle (SPEC 3.3).
+    """Predictive log-density of row x and the RLS update of (M, S) for every particle.
 
     The new features (``new``, a subset of z) enter with prior variance sigma_A^2:
     S' = S + sigma_A^2 diag(new) (their rows of M and S are zero padding). Then
@@ -60,7 +60,7 @@ def kalman_row_update(z: np.ndarray, new: np.ndarray, M: np.ndarray, S: np.ndarr
 def pf_linear_gaussian_step(block: LGParticles, x: np.ndarray, alpha: float, sigma_x: float, sigma_a: float,
                             rng: np.random.Generator, observed: np.ndarray | None = None,
                             proposal: str = "prior") -> tuple[LGParticles, np.ndarray]:
-    """Propagate a block of particles through the next row x (D,) (SPEC 3.3; paper 001 Alg. 2).
+    """Propagate a block of particles through the next row x (D,) (paper 001, Algorithm 2).
 
     Draws z_i from ``proposal`` (``pf_proposals``: "prior" is the paper's IBP conditional), gives
     new features M rows 0 and prior variance sigma_A^2 in S, weights by

@@ -1,4 +1,4 @@
-"""Resample-move for the particle filters (Gilks and Berzuini 2001; issue 13 item 2, named in paper 001's
+"""Resample-move for the particle filters (Gilks and Berzuini 2001, named in paper 001's
 conclusion as the remedy for a filter that never revisits the past).
 
 Sequential importance resampling fixes a particle's past: the rows of Z it chose and, for noisy-OR, the
@@ -7,10 +7,10 @@ weights are so uneven that a resampling keeps one or two ancestors, and a larger
 that the survivor is an outlier that overfits the next row. After a resampling, every particle therefore
 gets MCMC moves whose stationary law is its target, the posterior of the t rows seen so far:
 
-* noisy-OR, P(Z_1:t, Y | X_1:t): the Gibbs updates of SPEC 3.4 (``gibbs_noisy_or``) of ``rows`` past rows
+* noisy-OR, P(Z_1:t, Y | X_1:t): the Gibbs updates of the noisy-OR sampler (``gibbs_noisy_or``) of ``rows`` past rows
   of Z picked at random (each with its singleton features re-drawn, K_new truncated at ``max_new`` as in
   the sampler), then of every entry of Y;
-* linear-Gaussian, P(Z_1:t | X_1:t) with A integrated out: the collapsed Gibbs updates of SPEC 3.4
+* linear-Gaussian, P(Z_1:t | X_1:t) with A integrated out: the collapsed Gibbs updates
   (``gibbs_linear_gaussian.gibbs_rows``) of ``rows`` past rows of Z picked at random, singletons
   re-drawn the same way (with missing entries, given values imputed from the particle's posterior);
   the particle's posterior of A (M, S) is then recomputed for the new Z.

@@ -1,4 +1,4 @@
-"""Particle filter for the infinite noisy-OR binary model (SPEC 3.3; paper 001 Alg. 3, eqs. 8-11).
+"""Particle filter for the infinite noisy-OR binary model (paper 001, Algorithm 3, eqs. 8-11).
 
 Model: X (N x D) binary, Z ~ IBP(alpha), Y (K+ x D) iid Bern(p),
 P(x_id = 1 | Z, Y) = 1 - (1 - eps) (1 - lambda)^(z_i . y_:d)          (eq. 8).
@@ -26,7 +26,7 @@ from .ibp_prior import IBPParticles, propose_ibp_row
 
 @dataclass(frozen=True)
 class NoisyORParams:
-    """Noisy-OR parameters (paper 001 section 5): p = P(y_kd = 1), lam = lambda, eps = epsilon."""
+    """Noisy-OR parameters (paper 001, Sec. 5): p = P(y_kd = 1), lam = lambda, eps = epsilon."""
 
     p: float = 0.1
     lam: float = 0.9
@@ -144,7 +144,7 @@ def sample_new_feature_rows(x: np.ndarray, eta: np.ndarray, n_new: np.ndarray, p
 def pf_noisy_or_step(block: NoisyORParticles, x: np.ndarray, alpha: float, params: NoisyORParams,
                      rng: np.random.Generator,
                      observed: np.ndarray | None = None) -> tuple[NoisyORParticles, np.ndarray]:
-    """Propagate a block of particles through the next row x (D,) of 0/1 (SPEC 3.3; Alg. 3).
+    """Propagate a block of particles through the next row x (D,) of 0/1 (paper 001, Algorithm 3).
 
     Z row from the IBP conditional, log-weight log P(x_i | z_i, Y, K_new) with the new Y rows
     summed out (eq. 11), then the new Y rows drawn from their posterior given x_i. Returns the

@@ -1,4 +1,4 @@
-"""Proposals for row i of Z in the collapsed linear-Gaussian particle filter (SPEC 3.3; paper 001 eqs. 3-5).
+"""Proposals for row i of Z in the collapsed linear-Gaussian particle filter (paper 001, eqs. 3-5).
 
 Every proposal returns, for a block of L particles with column counts m (L, Kc), the new row's
 entries for the existing columns z (L, Kc) bool, the number of new features K_new (L,) and the
@@ -21,8 +21,7 @@ Averaging over K_new matters: with the new features off in f, "existing feature 
 on" gets a tiny q but a large weight, and the weights are heavy-tailed. Truncating the sum only
 changes q, not the exactness of the weights. An earlier guided proposal drew the features one at
 a time, each given the ones before it (Kc NumPy passes per row); on the figure-3 images the
-independent one had the lower ZZ^T error at P = 100 as well as the lower cost
-(benchmarks/README.md section 9b).
+independent one had the lower ZZ^T error at P = 100 as well as the lower cost.
 """
 
 from __future__ import annotations
@@ -40,7 +39,7 @@ NEW_FEATURE_TERMS = 3   # K_new = 0..3 in the guided proposal's predictive (modu
 
 
 def row_log_density(resid: np.ndarray, var: np.ndarray, observed: np.ndarray | None) -> np.ndarray:
-    """sum over observed d of log N(r_d; 0, var_d) (SPEC 3.3 weight), over the last axis.
+    """sum over observed d of log N(r_d; 0, var_d) (the particle's weight), over the last axis.
 
     resid (..., D); var (..., G) with G = 1 (one variance for the row, summed as
     n log(2 pi var) + sum r^2 / var) or G = D, broadcasting with resid; observed (D,) bool or None

@@ -1,4 +1,4 @@
-"""Resampling and weighted posterior summaries for particle blocks (SPEC 3.3).
+"""Resampling and weighted posterior summaries for particle blocks (docs/models/particle-filters.md).
 
 The filter runs on several blocks of particles. Per row the caller gathers the incremental
 log-weights of all blocks, normalises them (``normalise_log_weights``), draws one uniform and
@@ -36,7 +36,7 @@ def effective_sample_size(weights: np.ndarray) -> float:
 
 
 def systematic_resample(weights: np.ndarray, u: float, n_out: int | None = None) -> np.ndarray:
-    """Sorted ancestor indices by systematic resampling from normalised weights (SPEC 3.3).
+    """Sorted ancestor indices by systematic resampling from normalised weights.
 
     Points (u + j) / n for j = 0..n-1 with one uniform u in [0, 1); particle l is copied
     floor or ceil of n w_l times and n w_l times on average over u. Deterministic given u.
@@ -100,14 +100,14 @@ def concatenate_blocks(blocks: list[Block], capacity: int | None = None) -> Bloc
 
 
 def expected_zzt(Z: np.ndarray, weights: np.ndarray) -> np.ndarray:
-    """sum_l w_l Z_l Z_l^T (N x N) for Z (L, N, K) (SPEC 3.3 and 4, the ZZ^T error's E[ZZ^T])."""
+    """sum_l w_l Z_l Z_l^T (N x N) for Z (L, N, K) (the E[ZZ^T] of the ZZ^T error, paper 001, Sec. 4.2)."""
     scaled = Z * np.sqrt(weights)[:, None, None]
     flat = scaled.transpose(1, 0, 2).reshape(Z.shape[1], -1)
     return flat @ flat.T
 
 
 def k_plus_distribution(m: np.ndarray, weights: np.ndarray, max_k: int | None = None) -> np.ndarray:
-    """P(K+ = k), k = 0..max_k, from weighted particles with column counts m (L, Kc) (SPEC 3.3)."""
+    """P(K+ = k), k = 0..max_k, from weighted particles with column counts m (L, Kc)."""
     k_plus = np.count_nonzero(m, axis=1)
     size = (int(k_plus.max(initial=0)) if max_k is None else max_k) + 1
     return np.bincount(k_plus, weights=weights, minlength=size)[:size]

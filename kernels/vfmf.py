@@ -1,7 +1,7 @@
-"""VFMF and TVIMF: paper 000's variational comparators with a fixed truncation T (SPEC 3.8).
+"""VFMF and TVIMF: paper 000's variational comparators with a fixed truncation T (docs/models/comparators.md).
 
 Both keep IMF's linear-Gaussian likelihood, its q(A) (a Gaussian per column, full T x T covariance),
-q(eta_X), q(eta_A) and q(z_ik) = Bern(nu_ik) (SPEC 3.1); only the prior on the feature probabilities
+q(eta_X), q(eta_A) and q(z_ik) = Bern(nu_ik); only the prior on the feature probabilities
 differs, and with it q(pi) and the prior term of the bound:
 
 * VFMF, the finite Beta-Bernoulli model: pi_k ~ Beta(alpha/T, 1), q(pi_k) = Beta(t1_k, t2_k);
@@ -12,9 +12,9 @@ differs, and with it q(pi) and the prior term of the bound:
 Every update is a coordinate maximum of the bound, and the q(A), q(eta) updates and the q(z) sweep are
 IMF's own functions (``kernels.imf``): this module adds the ``Prior`` of each model (its E ln pi_k and
 E ln(1 - pi_k), its q(pi) or q(v) update, its Beta(a, 1) concentration a) and the bound that combines them.
-The q(z) logit uses the second moments Lambda^j of the full-covariance q(a_j) (SPEC 3.1), the coordinate
-maximum for this family; SPEC 3.8 writes it for a q(A) factorised over features, where Lambda^j_rk is
-E[a_rj] E[a_kj] off the diagonal.
+The q(z) logit uses the second moments Lambda^j of the full-covariance q(a_j), the coordinate
+maximum for this family; for a q(A) factorised over features, Lambda^j_rk would be E[a_rj] E[a_kj]
+off the diagonal.
 
 ``stats`` and ``post`` are IMF's (``kernels.imf`` docstring) with K = T features throughout, plus ``qy``
 for TVIMF. ``hyper`` is ``imf.Hyper`` with alpha fixed (a float).
@@ -66,7 +66,7 @@ def beta_means(post: Post) -> np.ndarray:
 
 
 def update_finite(stats: Stats, post: Post, a: float) -> Post:
-    """q(pi_k) = Beta(a + sum_i nu_ik, 1 + sum_i (1 - nu_ik)) with a = alpha / T (SPEC 3.8, VFMF)."""
+    """q(pi_k) = Beta(a + sum_i nu_ik, 1 + sum_i (1 - nu_ik)) with a = alpha / T (VFMF)."""
     m_k = stats["sum_nu"]
     return {**post, "t1": a + m_k, "t2": 1.0 + stats["n_rows"] - m_k}
 
@@ -75,13 +75,13 @@ def update_finite(stats: Stats, post: Post, a: float) -> Post:
 
 
 def aux_logits(t1: np.ndarray, t2: np.ndarray) -> np.ndarray:
-    """c_y = E ln(1 - v_y) + sum_{m<y} E ln v_m (T,): q_k(y) is proportional to exp(c_y) on y <= k (SPEC 3.8)."""
+    """c_y = E ln(1 - v_y) + sum_{m<y} E ln v_m (T,): q_k(y) is proportional to exp(c_y) on y <= k."""
     log_v, log_1mv = imf.beta_log_means(t1, t2)
     return log_1mv + np.cumsum(log_v) - log_v
 
 
 def update_aux(post: Post) -> Post:
-    """q_k(y) that maximises the multinomial bound on E ln(1 - pi_k) for every k, given q(v) (SPEC 3.8)."""
+    """q_k(y) that maximises the multinomial bound on E ln(1 - pi_k) for every k, given q(v)."""
     t = post["t1"].shape[0]
     support = np.tri(t, dtype=bool)
     logits = np.where(support, aux_logits(post["t1"], post["t2"])[None, :], -np.inf)
@@ -90,7 +90,7 @@ def update_aux(post: Post) -> Post:
 
 def stick_log_means(post: Post) -> tuple[np.ndarray, np.ndarray]:
     """E ln pi_k = sum_{m<=k} E ln v_m, and the multinomial lower bound on E ln(1 - pi_k) at ``post["qy"]``:
-    sum_y q_ky c_y + H(q_k) (SPEC 3.8; ``aux_logits``)."""
+    sum_y q_ky c_y + H(q_k) (``aux_logits``)."""
     qy = post["qy"]
     log_v, _ = imf.beta_log_means(post["t1"], post["t2"])
     bound = qy @ aux_logits(post["t1"], post["t2"]) - np.sum(xlogy(qy, qy), axis=1)
@@ -108,7 +108,7 @@ def reverse_cumsum(a: np.ndarray, axis: int = -1) -> np.ndarray:
 
 
 def update_sticks(stats: Stats, post: Post, a: float) -> Post:
-    """q(v_k) = Beta(t1_k, t2_k) given q(y) (SPEC 3.8, TVIMF), with m_k = sum_i nu_ik, w_m = N - m_m:
+    """q(v_k) = Beta(t1_k, t2_k) given q(y) (TVIMF), with m_k = sum_i nu_ik, w_m = N - m_m:
     t1_k = a + sum_{m>=k} m_m + sum_{m>k} w_m sum_{n=k+1..m} q_mn,  t2_k = 1 + sum_{m>=k} w_m q_mk.
     (q_mn is 0 for n > m, so the sums over m can run over every m.)"""
     qy, m_k = post["qy"], stats["sum_nu"]

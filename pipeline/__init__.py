@@ -1,1 +1,1 @@
-"""Engine, model drivers, command line and reports (SPEC 2)."""
+"""Engine, model drivers, command line and reports."""

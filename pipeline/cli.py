@@ -1,4 +1,4 @@
-"""The ``buffet`` command line (issue 2 CLI contract, issue #10 item 4).
+"""The ``buffet`` command line (docs/reference/cli.md).
 
 Every failure ends with one line on stderr that says what happened and what to do, and exit status 1
 (130 after Ctrl-C; argparse's own usage errors keep its status 2); ``--debug`` shows the traceback
@@ -50,7 +50,8 @@ FORCE_HELP = ("take the run over even while another buffet command holds it; wit
 
 
 def _cluster_args(p: argparse.ArgumentParser) -> None:
-    """The Dask cluster options of every command that computes (SPEC 2, default cluster)."""
+    """The Dask cluster options of every command that computes (an embedded LocalCluster unless an existing
+    scheduler is named)."""
     p.add_argument("--workers", type=int, default=None,
                    help="number of workers of the LocalCluster the command starts: single-threaded processes, or "
                         "threads of this process with --worker-kind threads (default: one per core)")

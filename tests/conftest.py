@@ -23,7 +23,7 @@ from helpers import unused_port
 
 @pytest.fixture(scope="session")
 def model_corpus():
-    """A corpus drawn from Bayesian NMF with K = 10 at the model's own prior shapes (SPEC 3.5)."""
+    """A corpus drawn from Bayesian NMF with K = 10 at the model's own prior shapes."""
     return bnmf_corpus(2000, 300, 10, np.random.default_rng(7), topic_shape=0.05, doc_shape=0.1,
                        tokens_per_doc=100)
 

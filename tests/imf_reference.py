@@ -1,4 +1,4 @@
-"""The in-memory reference of the IMF/INMF search for the tests (issue #11): the engine's driver on an
+"""The in-memory reference of the IMF/INMF search for the tests: the engine's driver on an
 in-process engine over a matrix held in memory as one block of rows (``models.imf.fit_to_end``)."""
 
 from __future__ import annotations

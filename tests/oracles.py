@@ -1,7 +1,7 @@
 """Exact references the IBP samplers' tests compare against (tiny problems only): every IBP class by
 enumeration and its exact posterior, the noisy-OR likelihood with Y summed out by enumeration, linear-Gaussian
 BMF's likelihood with W integrated out, and the distribution over classes that a set of weighted samples
-gives (SPEC 3.3, 3.4, 3.7; paper 001 eq. 2)."""
+gives (paper 001, eq. 2)."""
 
 from __future__ import annotations
 
@@ -60,7 +60,7 @@ def noisy_or_log_marginal(X: np.ndarray, Z: np.ndarray, params: NoisyORParams,
 
 def bmf_log_marginal(X: np.ndarray, mask: np.ndarray, U: np.ndarray, V: np.ndarray, theta: float, phi: float,
                      w0: float) -> float:
-    """log p(X_obs | U, V) of linear-Gaussian BMF with W ~ N(w0, 1/phi) integrated out (paper 003 section 2):
+    """log p(X_obs | U, V) of linear-Gaussian BMF with W ~ N(w0, 1/phi) integrated out (paper 003, Sec. 2):
     Cov(x_ij, x_i'j') = (UU^T)_ii' (VV^T)_jj' / phi + [same entry] / theta."""
     U, V = U.astype(float), V.astype(float)
     cov = np.kron(U @ U.T, V @ V.T) / phi + np.eye(X.size) / theta
@@ -89,7 +89,7 @@ def total_variation(p: dict[bytes, float], q: dict[bytes, float]) -> float:
 def class_mean_features(Z: np.ndarray, M: np.ndarray, key: bytes) -> np.ndarray | None:
     """E[A | [Z] = key, X] (K+ x D) of linear-Gaussian particles, features in left-ordered form, or None if
     no particle is in the class: within one class the posterior mean M of A is the same up to the column
-    order of Z, so any member, reordered, gives it (SPEC 3.3 E[A])."""
+    order of Z, so any member, reordered, gives it."""
     for Zl, Ml in zip(Z, M):
         if class_key(Zl) == key:
             return Ml[left_order(Zl)]

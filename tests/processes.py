@@ -1,6 +1,6 @@
 """A Dask cluster started by hand, as a user would on a cluster of machines: `dask scheduler` and `dask
-worker` processes, each in a folder of its own, on 127.0.0.1; workers can be killed and added (issue #11:
-"remote" clusters and worker-loss tests use real processes, never mocks)."""
+worker` processes, each in a folder of its own, on 127.0.0.1; workers can be killed and added ("remote"
+clusters and worker-loss tests use real processes, never mocks)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Binary matrix factorization on the engine (SPEC 3.7, 4): exact posteriors of tiny problems, bars
+"""Binary matrix factorization on the engine: exact posteriors of tiny problems, bars
 recovery, same numbers on 1 and 2 workers, resume, the CLI and bad input."""
 
 import itertools
@@ -120,8 +120,8 @@ def stores(tmp_path_factory):
 
 
 def test_bars_missing_halves_are_reconstructed(tmp_path, stores):
-    """SPEC 4 bars: the posterior predictive mean of the held-out bottom halves is close to the noise-free
-    images (much closer than the prior mean 0 and than the top-half nearest neighbour's bottom half)."""
+    """The bars of paper 003, Sec. 4.1: the posterior predictive mean of the held-out bottom halves is close to
+    the noise-free images (much closer than the prior mean 0 and than the top-half nearest neighbour's bottom half)."""
     bars = stores["bars_data"]
     run = _fit(stores["bars"], tmp_path / "run", BMFConfig(sweeps=150, burn_in=75, alpha=2.0, lam=4.0, select="none",
                                                            panel_rows=50), ProcessEngine())
@@ -151,7 +151,7 @@ def test_logistic_and_poisson_fits_predict_held_out_entries(tmp_path, stores):
 
 def test_validation_entries_are_left_out_of_training_and_scored(tmp_path, stores):
     """A fit given a validation fold trains on neither the fold's nor the split's entries, and
-    ``predictions`` scores exactly the fold's entries that training could otherwise see (issue #10)."""
+    ``predictions`` scores exactly the fold's entries that training could otherwise see."""
     config = BMFConfig(likelihood="logistic", sweeps=4, burn_in=1, panel_rows=16, seed=3, select="validation",
                        validation_folds=2)
     fold = validation_folds(config)[0]

@@ -1,4 +1,4 @@
-"""BMF split-merge moves (paper 003 section 3.3): started from exact posterior draws, the move keeps them so.
+"""BMF split-merge moves (paper 003, Sec. 3.3): started from exact posterior draws, the move keeps them so.
 
 Each test draws many independent states (U, W) from the exact posterior of a tiny problem, applies one
 move to each and compares the law of K+ (and E[UU^T]) afterwards with the exact one. The move alone is

@@ -1,4 +1,4 @@
-"""Bayesian NMF fits through the engine (issue 2 acceptance: recovery, determinism, resume)."""
+"""Bayesian NMF fits through the engine (recovery, determinism, resume)."""
 
 import numpy as np
 import pytest

@@ -1,4 +1,4 @@
-"""Checkpoints under new names with a manifest written last (issue #11 items 3-4): a reader trusts only
+"""Checkpoints under new names with a manifest written last: a reader trusts only
 manifests, a damaged or half-written newest checkpoint falls back to the one before with a warning, a run
 whose checkpoints are all unreadable says so in one line, and a finished run whose final checkpoint is lost
 is not reported as finished. On local disk and in a bucket of the local S3 API server."""

@@ -1,4 +1,4 @@
-"""The buffet command line end to end on a LocalCluster (issue 2 CLI contract)."""
+"""The buffet command line end to end on a LocalCluster."""
 
 import fcntl
 import json

@@ -1,5 +1,5 @@
 """Failures a user meets end with one line and exit status 1 (130 for Ctrl-C), never a traceback unless
---debug (issue #10 item 4); messages go through the ``buffet`` logger."""
+--debug; messages go through the ``buffet`` logger."""
 
 import errno
 import logging

@@ -1,4 +1,4 @@
-"""`buffet ... --help` explains every option (issue 10, item 3): each option of each command and of each
+"""`buffet ... --help` explains every option: each option of each command and of each
 `buffet fit MODEL` has a sentence of help beyond its default, `buffet fit --help` names every model
 with its summary, and a config field declared without help text stops the parser from being built."""
 

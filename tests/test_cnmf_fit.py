@@ -1,4 +1,4 @@
-"""Correlated NMF through the engine and the command line (SPEC 3.6): resume, determinism across
+"""Correlated NMF through the engine and the command line: resume, determinism across
 workers and chunkings, outputs, refusal of data that are not counts."""
 
 import json

@@ -1,5 +1,5 @@
 """The embedded LocalCluster listens on this machine only: its dashboard on 127.0.0.1 unless the global
---dashboard-address says otherwise, its scheduler and workers on 127.0.0.1 (issue #12, item 3)."""
+--dashboard-address says otherwise, its scheduler and workers on 127.0.0.1."""
 
 import os
 from urllib.parse import urlsplit

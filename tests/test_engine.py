@@ -1,4 +1,4 @@
-"""The engine (issue #11 items 1 and 5): block operations give the same values in this process and on a
+"""The engine: block operations give the same values in this process and on a
 cluster, statistics are reduced in a fixed pairing order, named states are checkpointed generically, and
 a fit survives lost workers with the same numbers (or stops with one line when no worker is left)."""
 

@@ -1,4 +1,4 @@
-"""The Python API (issue 10, item 5): every estimator fits small planted problems from every input kind
+"""The Python API: every estimator fits small planted problems from every input kind
 with the same numbers, in process and on a cluster, as ``buffet fit`` does; save/load, parameters,
 clone, not-fitted errors, partial_fit on the fit's own update path, and no matplotlib at import."""
 

@@ -1,8 +1,8 @@
-"""scikit-learn's estimator checks on every estimator (issue 10, item 5), small and fast settings.
+"""scikit-learn's estimator checks on every estimator, small and fast settings.
 
 The checks fit on scikit-learn's own random data: real values, mostly in [0, 1) and some negative.
 The count models (Bayesian and correlated NMF) accept only non-negative integer counts and the noisy-OR
-models only 0/1 data (SPEC 1 refuses anything else with a one-line error), so every check that fits
+models only 0/1 data (anything else is refused with a one-line error), so every check that fits
 such data fails for them before it tests anything; each is listed below with the reason. Estimators
 with ``predict`` (IMF, INMF, BinaryMF) predict every entry of a row, an n x D matrix, where the sparse
 checks expect one value per row. The same list is in the README ("Using it from Python").
@@ -19,8 +19,8 @@ from sklearn.utils.estimator_checks import estimator_checks_generator
 
 from helpers import FAST
 
-COUNTS_ONLY = "fits scikit-learn's real-valued data; count models take only non-negative integer counts (SPEC 1)"
-BINARY_ONLY = "fits scikit-learn's real-valued data; noisy-OR models take only 0/1 data (SPEC 1)"
+COUNTS_ONLY = "fits scikit-learn's real-valued data; count models take only non-negative integer counts"
+BINARY_ONLY = "fits scikit-learn's real-valued data; noisy-OR models take only 0/1 data"
 DATA_CHECKS = (
     "check_fit_score_takes_y", "check_estimators_overwrite_params", "check_dont_overwrite_parameters",
     "check_estimators_fit_returns_self", "check_readonly_memmap_input", "check_n_features_in_after_fitting",

@@ -1,4 +1,4 @@
-"""Parallel Gibbs chains on the engine (issue 4: determinism, kernel equivalence, burn-in, resume, CLI)."""
+"""Parallel Gibbs chains on the engine (determinism, kernel equivalence, burn-in, resume, CLI)."""
 
 import json
 

@@ -1,5 +1,5 @@
-"""IMF/INMF through the engine (issue 3: driver, determinism, resume, CLI; issue #11: the search's states
-as named block states, the in-memory reference being the same driver in process)."""
+"""IMF/INMF through the engine (driver, determinism, resume, CLI; the search's states as
+named block states, the in-memory reference being the same driver in process)."""
 
 import json
 from dataclasses import replace

@@ -1,4 +1,4 @@
-"""IMF and INMF find planted structure (issue #13 item 3): on planted linear-Gaussian data with 5000 rows the
+"""IMF and INMF find planted structure: on planted linear-Gaussian data with 5000 rows the
 default search (growth candidates plus the ICA restart, ``models.imf``) ends at the true K+ with E[Z] agreeing
 with the true Z on >= 99% of the entries after matching features. Two fixed draws per model here; the ten-draw
 count is ``benchmarks/imf_planted_recovery.py`` (benchmarks/README.md)."""

@@ -1,4 +1,4 @@
-"""Round trips of file ingest (SPEC 1) against NumPy/SciPy references, streaming, and the dispatcher."""
+"""Round trips of file ingest against NumPy/SciPy references, streaming, and the dispatcher."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""Every bad-input case of SPEC 1, for every ingest format where it applies.
+"""Every bad-input case of file ingest (malformed lines, values the data kind forbids, ids out of
+range, empty files, wrong header counts), for every format where it applies.
 
 Each case asserts that the ``InputError`` names the file and the line (or says why there is
 none), that no store and no hidden partial folder is left, and that an existing store survives

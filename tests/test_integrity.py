@@ -1,4 +1,4 @@
-"""Nothing read is silently wrong (issue #11 item 4): a chunk deleted or corrupted in any array of a dense or
+"""Nothing read is silently wrong: a chunk deleted or corrupted in any array of a dense or
 a sparse store, on local disk or in a bucket of the local S3 API server, is a one-line StoreError naming the
 store, the array and the chunk, whichever way the array is read."""
 

@@ -1,4 +1,4 @@
-"""Binary matrix factorization kernels against brute-force references (SPEC 3.7, paper 003)."""
+"""Binary matrix factorization kernels against brute-force references (paper 003)."""
 
 import math
 
@@ -80,7 +80,7 @@ def test_gaussian_w_conditional_is_the_dense_linear_regression_posterior():
     assert bmf.weight_log_prior(W[0], w0, phi) == pytest.approx(norm.logpdf(W[0], w0, phi ** -0.5).sum())
     full = bmf.weight_stats(X, np.ones_like(mask), U, V)
     Uf, Vf = U.astype(float), V.astype(float)
-    np.testing.assert_allclose(full["ata"], np.kron(Vf.T @ Vf, Uf.T @ Uf))    # paper section 3.1, no mask
+    np.testing.assert_allclose(full["ata"], np.kron(Vf.T @ Vf, Uf.T @ Uf))    # paper 003, Sec. 3.1, no mask
 
 
 def test_singleton_move_leaves_the_exact_posterior_of_the_number_of_new_features_invariant():
@@ -155,7 +155,7 @@ def test_conditional_panel_sweep_draws_rows_from_their_pi_conditional():
 
 @pytest.mark.parametrize("likelihood", ["gaussian", "poisson"])
 def test_multi_feature_move_leaves_the_row_posterior_invariant(likelihood):
-    """Rows drawn from p(z) prod Bern(z_k; P_k) p(x | z) stay so distributed after one move (section 3.3)."""
+    """Rows drawn from p(z) prod Bern(z_k; P_k) p(x | z) stay so distributed after one move (paper 003, Sec. 3.3)."""
     rng = np.random.default_rng(9)
     G, x = rng.normal(size=(4, 3)), np.array([[0.8, 2.0, 1.0]])
     P, model = np.array([[0.3, 0.6, 0.5, 0.2]]), bmf.Observation(likelihood, 1.5)

@@ -1,4 +1,4 @@
-"""Bayesian NMF kernels against plain references (SPEC 3.5; issue 2 acceptance, kernel part)."""
+"""Bayesian NMF kernels against plain references (paper 002, Secs. 11.3.1 and 11.5)."""
 
 import numpy as np
 import pytest

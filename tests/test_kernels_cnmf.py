@@ -1,4 +1,4 @@
-"""Correlated NMF kernels against plain references (SPEC 3.6)."""
+"""Correlated NMF kernels against plain references."""
 
 import numpy as np
 import scipy.sparse as sp

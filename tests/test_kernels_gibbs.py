@@ -1,4 +1,4 @@
-"""Gibbs baselines for the IBP models (SPEC 3.4; Griffiths & Ghahramani 2005; Wood et al. 2006)."""
+"""Gibbs baselines for the IBP models (Griffiths & Ghahramani 2005; Wood et al. 2006)."""
 
 import itertools
 

@@ -1,4 +1,4 @@
-"""The IBP prior kernels (SPEC 3.3, 3.4; paper 001 eq. 2 and Algorithm 1) and the IBP synthetic data (SPEC 4)."""
+"""The IBP prior kernels (paper 001, eq. 2 and Algorithm 1) and the IBP synthetic data."""
 
 import numpy as np
 import pytest
@@ -144,7 +144,7 @@ def test_new_feature_prior_is_poisson():
     np.testing.assert_allclose(new_feature_log_prior(50, 3.0, 6), stats.poisson.logpmf(np.arange(7), 3.0 / 50))
 
 
-# --- synthetic data of the IBP experiments (SPEC 4) ---------------------------------------------------------
+# --- synthetic data of the IBP experiments ---------------------------------------------------------
 
 def test_image_data_is_paper_figure3_data():
     data = image_data(np.random.default_rng(0))

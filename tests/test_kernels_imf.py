@@ -1,5 +1,5 @@
-"""Tests of the IMF kernels (SPEC 3.1), the K+ search they make up (the engine's driver as the in-memory
-reference, ``imf_reference``) and the IBP image data (SPEC 4)."""
+"""Tests of the IMF kernels, the K+ search they make up (the engine's driver as the in-memory
+reference, ``imf_reference``) and the IBP image data (paper 000, Sec. 4.1)."""
 
 from __future__ import annotations
 
@@ -38,7 +38,7 @@ def fitted_state(x: np.ndarray, mask: np.ndarray | None, nu: np.ndarray, hyper: 
 
 
 def loop_row_step(x: np.ndarray, mask: np.ndarray | None, nu: np.ndarray, post: imf.Post) -> np.ndarray:
-    """SPEC 3.1's q(z_ik) update written as plain loops over rows, features and observed columns."""
+    """The q(z_ik) update of paper 000, eq. (8), written as plain loops over rows, features and observed columns."""
     nu = nu.copy()
     n, d = x.shape
     k_plus = nu.shape[1]
@@ -127,7 +127,7 @@ def row_update(x: np.ndarray, mask: np.ndarray, post: imf.Post, how: str) -> np.
 
 @pytest.mark.parametrize("how", ["row_step", "fit_rows"])
 def test_saturated_q_z_stays_above_the_bound_and_its_products_are_normal(how: str) -> None:
-    """SPEC 3.1 with ``LOGIT_BOUND``: q(z) on strongly separated data saturates, yet every nu_ik stays in
+    """With ``LOGIT_BOUND``, q(z) on strongly separated data saturates, yet every nu_ik stays in
     [expit(-LOGIT_BOUND), 1] and no product nu_ir nu_ik that ``chunk_stats`` forms is subnormal or 0 (the
     unbounded update leaves about 180 of these 900 nu_ik at 0 and 12-15 of the products subnormal)."""
     x, mask, post = separated_problem(0)
@@ -304,7 +304,7 @@ def test_fit_prefers_no_features_on_pure_noise() -> None:
 
 
 def test_fit_with_missing_entries_predicts_them() -> None:
-    """20% of the entries held out (SPEC 3.1 masks): K+ = 4 is found and E[Z] E[A] predicts the
+    """20% of the entries held out (a mask): K+ = 4 is found and E[Z] E[A] predicts the
     noiseless held-out values far better than column means do."""
     x, z, a = ibp_images.make_images(n_rows=50, noise_var=0.25, variant="four", seed=0)
     mask = np.random.default_rng(0).random(x.shape) < 0.8

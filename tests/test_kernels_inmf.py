@@ -1,4 +1,4 @@
-"""Tests of the INMF Power-EP kernels (SPEC 3.2)."""
+"""Tests of the INMF Power-EP kernels."""
 
 from __future__ import annotations
 
@@ -65,7 +65,7 @@ def fixed_state(x: np.ndarray, mask: np.ndarray | None, z: np.ndarray, k_plus: i
 def ep_log_marginal(stats: imf.Stats, post: imf.Post, hyper: inmf.InmfHyper,
                     sweeps: int = 30) -> tuple[float, imf.Post]:
     """The A-part of the EP free energy after ``sweeps`` column updates of q(A): with Z and eta fixed
-    it approximates ln int p(X | Z, A, eta_X) p(A | eta_A) dA (SPEC 3.2)."""
+    it approximates ln int p(X | Z, A, eta_X) p(A | eta_A) dA."""
     for _ in range(sweeps):
         post = inmf.update_a(stats, post, hyper)
     terms = inmf.evidence_terms(stats, post, hyper)

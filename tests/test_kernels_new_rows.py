@@ -52,7 +52,7 @@ def test_row_streams_make_each_rows_draws_independent_of_the_others():
 
 
 def _logit_by_hand(x, obs, nu, post, k):
-    """The SPEC 3.1 logit of nu_ik written out as sums over the observed columns j."""
+    """The logit of nu_ik (paper 000, eq. (8)) written out as sums over the observed columns j."""
     m, t1, t2 = post["m"], post["t1"], post["t2"]
     lam = post["V"] + m[:, :, None] * m[:, None, :]
     log_pi, log_1mpi = imf.beta_log_means(t1, t2)

@@ -1,4 +1,4 @@
-"""Particle-filter kernels, resampling and posterior summaries (SPEC 3.3; paper 001 Algs. 2-3, eqs. 6-11)."""
+"""Particle-filter kernels, resampling and posterior summaries (paper 001, Algorithms 2-3, eqs. 6-11)."""
 
 import dataclasses
 import itertools
@@ -164,7 +164,7 @@ def test_lg_filter_matches_exact_class_posterior(proposal):
 
 
 def test_lg_filter_on_figure3_images():
-    """Paper 001 section 4.2 data (SPEC 4 ZZ^T error). Like any filter without rejuvenation a run can
+    """Paper 001, Sec. 4.2, data and ZZ^T error. Like any filter without rejuvenation a run can
     lock in a merged feature from its first rows, so the claim is about several data sets: the median
     error is small and no run is far off."""
     errors = []

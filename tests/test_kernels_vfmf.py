@@ -1,4 +1,4 @@
-"""Tests of the VFMF and TVIMF kernels (SPEC 3.8) on tiny problems: every update is a coordinate maximum of
+"""Tests of the VFMF and TVIMF kernels on tiny problems: every update is a coordinate maximum of
 the bound, the bound equals a Monte Carlo estimate of E_q[ln p - ln q], and TVIMF's auxiliary q_k(y)
 maximises the multinomial bound."""
 
@@ -194,7 +194,7 @@ def test_bound_matches_monte_carlo(prior: vfmf.Prior) -> None:
 
 
 def multinomial_bound(q: np.ndarray, c: np.ndarray) -> float:
-    """sum_y q_y c_y + H(q): the bound on E ln(1 - pi_k) at q_k(y) = q (SPEC 3.8)."""
+    """sum_y q_y c_y + H(q): the bound on E ln(1 - pi_k) at q_k(y) = q."""
     return float(q @ c - np.sum(xlogy(q, q)))
 
 

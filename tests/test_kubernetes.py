@@ -1,4 +1,4 @@
-"""deploy/kubernetes and deploy/docker (issue #12, item 2): every manifest parses, every Dask custom resource
+"""deploy/kubernetes and deploy/docker: every manifest parses, every Dask custom resource
 validates against the CRDs that the installed dask-kubernetes ships, the core objects hold what the set-ups
 need, the commands in the manifests are buffet command lines, the Dockerfile installs buffet with the line
 deploy/README.md gives; and `--cluster kube` parses and fails in one line where it cannot run. No Kubernetes

@@ -1,4 +1,4 @@
-"""Particle filters on the engine (issue 4: distributed blocks, global resampling, determinism, resume, CLI)."""
+"""Particle filters on the engine (distributed blocks, global resampling, determinism, resume, CLI)."""
 
 import json
 

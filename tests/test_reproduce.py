@@ -1,4 +1,4 @@
-"""`buffet reproduce` experiments (issue 3 item 4), their baselines and the IMF offsets extension."""
+"""`buffet reproduce` experiments, their baselines and the IMF offsets extension."""
 
 from dataclasses import replace
 from pathlib import Path

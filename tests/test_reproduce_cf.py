@@ -1,4 +1,4 @@
-"""`buffet reproduce collaborative-filtering --jester FILE` (issue 3 item 4; SPEC 4 collaborative filtering) on
+"""`buffet reproduce collaborative-filtering --jester FILE` (paper 000, Sec. 4.2) on
 Jester-layout files the tests write: count column, then 100 joke columns, 99 = unrated."""
 
 import csv

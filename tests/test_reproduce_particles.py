@@ -1,4 +1,4 @@
-"""The particle-filter reproductions' --quick versions (issue 4): tables and PNGs written, errors against guesses
+"""The particle-filter reproductions' --quick versions: tables and PNGs written, errors against guesses
 that use no data; and the curve comparison."""
 
 import numpy as np

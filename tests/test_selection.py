@@ -1,5 +1,5 @@
-"""Structural settings chosen on validation entries of the training entries (issue #10 item 2,
-``engine.selection``): the held-out entries are never used, the choice is recorded in the run, and the
+"""Structural settings chosen on validation entries of the training entries
+(``engine.selection``): the held-out entries are never used, the choice is recorded in the run, and the
 reproduction experiments take the same path."""
 
 import json

@@ -1,4 +1,4 @@
-"""deploy/slurm on a real SLURM (issue #12 items 1 and 3): Bayesian NMF fits through start_cluster.py hold
+"""deploy/slurm on a real SLURM: Bayesian NMF fits through start_cluster.py hold
 exactly the numbers of the same fit in this process while workers retire and are replaced (--worker-lifetime)
 and while a worker job is cancelled (compared at the checkpoint where Ctrl-C stopped them); a fit through the
 sbatch wrapper, stopped by the walltime signal and continued by `buffet resume`, ends with them; the clusters

@@ -1,4 +1,4 @@
-"""Stores and runs on URLs (issue #11 item 3): ingest straight into a bucket of a local S3 API server, read it
+"""Stores and runs on URLs: ingest straight into a bucket of a local S3 API server, read it
 back bit for bit, and fit, evaluate and export with the store and the run in the bucket."""
 
 import io

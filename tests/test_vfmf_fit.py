@@ -1,4 +1,4 @@
-"""VFMF and TVIMF through the engine (SPEC 3.8): the bound over a fit, recovery of planted features, the same
+"""VFMF and TVIMF through the engine: the bound over a fit, recovery of planted features, the same
 numbers on 1 and 2 workers and other chunkings, resume, and the command line (fit, evaluate, export, report)."""
 
 import json

@@ -1,1 +1,1 @@
-"""The engine (SPEC 2): block sets on Dask, data blocks, the fit loop, run stores, checkpoints, the cluster."""
+"""The engine: block sets on Dask, data blocks, the fit loop, run stores, checkpoints, the cluster."""

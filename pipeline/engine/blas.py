@@ -1,5 +1,5 @@
 """BLAS thread pools: one thread wherever block tasks run, so every block's arithmetic is the same
-whether it runs in this process, on a thread worker or on a worker process (SPEC 2: same numbers on
+whether it runs in this process, on a thread worker or on a worker process (a run gives the same numbers on
 any workers). A multi-threaded BLAS splits long dot products across threads and sums the parts in
 another order, which moves results in their last digit."""
 

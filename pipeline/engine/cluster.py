@@ -1,4 +1,4 @@
-"""Connecting to Dask: an embedded LocalCluster by default, or an existing scheduler (SPEC 2)."""
+"""Connecting to Dask: an embedded LocalCluster by default, or an existing scheduler."""
 
 from __future__ import annotations
 

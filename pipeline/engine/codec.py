@@ -1,5 +1,5 @@
 """Values as flat arrays, for checkpoints: a driver's globals and every block of its named states
-(issue #11: per-block state is checkpointed generically, with no per-model layout).
+(per-block state is checkpointed generically, with no per-model layout).
 
 ``to_arrays`` turns a value built of NumPy arrays, numbers, strings, None, lists, tuples, dicts with
 string keys and dataclasses of buffet into a dict of arrays: the leaves under path names, plus one

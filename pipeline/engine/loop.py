@@ -1,5 +1,5 @@
-"""The engine's outer loop, shared by every model (SPEC 2): stepping, the trace, progress, checkpoints,
-interruption, completion, and recovery from lost workers (issue #11 item 5).
+"""The engine's outer loop, shared by every model: stepping, the trace, progress, checkpoints,
+interruption, completion, and recovery from lost workers.
 
 A driver supplies its model's step and the client-side values a checkpoint must hold
 (``global_arrays``/``set_globals``); its per-block state lives in the engine's named states. This loop

@@ -1,5 +1,5 @@
 """Messages to the person running buffet: the ``buffet`` logger (progress, notices) and the one-line
-account of a failure (issue #10 item 4).
+account of a failure (what happened and what to do, no traceback without ``--debug``).
 
 Progress and notices go through ``logging`` under the ``buffet`` logger, so a library user silences
 or redirects them with the standard tools; the command line attaches a plain stderr handler

@@ -1,5 +1,5 @@
 """Run-level operations shared by every model: fit into a run store, resume, and restore a run for its
-outputs (SPEC 2).
+outputs.
 
 A run names its model; the model's ``ModelSpec`` (its config class, how to build its driver on an engine,
 its candidates for a choice on validation entries) comes from ``pipeline.registry``, which imports the

@@ -1,5 +1,5 @@
-"""The run store: a folder holding a fit's parameters, checkpoints, trace and results (SPEC 2), on a local
-path or any URL fsspec reaches (issue #11 items 3-4).
+"""The run store: a folder holding a fit's parameters, checkpoints, trace and results, on a local
+path or any URL fsspec reaches.
 
 Layout::
 
@@ -39,7 +39,7 @@ from buffet.data.urls import Location, exists, filesystem, join, normalise, read
 from buffet.pipeline.engine.lease import LEASE_FILE, Lease
 from buffet.pipeline.engine.messages import logger
 
-RUN_FORMAT = 2  # 2: checkpoints under new names with a manifest written last (issue #11)
+RUN_FORMAT = 2  # 2: checkpoints under new names with a manifest written last
 RUN_FILE = "run.json"
 MANIFEST = "manifest.json"
 CHECKPOINT_FORMAT = 1

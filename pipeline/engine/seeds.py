@@ -1,4 +1,5 @@
-"""Randomness for a run: one SeedSequence, spawned per purpose and step (SPEC 2).
+"""Randomness for a run: one SeedSequence, spawned per purpose and step, so a fit gives the same numbers
+whatever the workers and the chunking.
 
 Every random draw of a fit comes from ``stream(seed, purpose, *key)``, a generator that
 depends only on the run's seed and on the logical position (iteration, pass, block of rows),

@@ -71,7 +71,7 @@ def validation_folds(config: Any) -> list[EntrySample]:
 
 
 def validation_score(kind: str, predicted: np.ndarray, truth: np.ndarray) -> tuple[str, float]:
-    """(metric, value) with larger better: AUC for binary data, minus the RMSE otherwise (SPEC 4)."""
+    """(metric, value) with larger better: AUC for binary data, minus the RMSE otherwise."""
     if kind == "binary":
         return "auc", auc(predicted, truth)
     return "neg_rmse", -float(np.sqrt(np.mean((predicted - truth) ** 2)))

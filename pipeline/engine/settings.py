@@ -66,7 +66,7 @@ SELECT_MODES = ("auto", "validation", "none")
 @dataclasses.dataclass
 class SelectionSettings:
     """The fields of a model whose structural settings can be chosen on validation entries
-    (``engine.selection``, issue #10); its config subclasses this and lists the candidates in its
+    (``engine.selection``); its config subclasses this and lists the candidates in its
     ``ModelSpec``."""
 
     select: str = option("auto", "When to choose the model's structural settings (the cap on K+, offsets or not; "

@@ -1,4 +1,4 @@
-"""Python API: one estimator per model, in scikit-learn's conventions (issue 10, item 5).
+"""Python API: one estimator per model, in scikit-learn's conventions (docs/reference/python.md).
 
     >>> from buffet.pipeline.estimators import BayesianNMF, IMF, LinearGaussianParticleFilter
     >>> model = IMF(max_k=10).fit(X, mask=observed)          # NumPy, SciPy, dask arrays or a store path

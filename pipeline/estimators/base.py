@@ -194,7 +194,7 @@ class Estimator:
         return f"{type(self).__name__}({', '.join(changed)})"
 
     def _config(self) -> Any:
-        """The model's config from the parameters, checked (SPEC: refuse settings that cannot work)."""
+        """The model's config from the parameters, checked (settings that cannot work are refused)."""
         config = self.config_cls(**self.get_params())
         config.check()
         return config
@@ -286,7 +286,7 @@ class Estimator:
 
     @staticmethod
     def _run(driver: Driver, config: Any, run: RunStore | None, position: Position | None = None) -> list[dict]:
-        """Step ``driver`` to the end with the engine's loop (SPEC 2), from ``position`` (default: the
+        """Step ``driver`` to the end with the engine's loop, from ``position`` (default: the
         start); the trace of the steps."""
         return run_loop(driver, run, position or Position(), config.checkpoint_every, quiet=True).trace
 

@@ -1,4 +1,4 @@
-"""Binary matrix factorization as an estimator (SPEC 3.7; paper 003): X ~ f(U W V^T) with binary U, V
+"""Binary matrix factorization as an estimator (paper 003; docs/models/bmf.md): X ~ f(U W V^T) with binary U, V
 under IBP (or finite) priors, Gibbs sampling on the engine (``BMFDriver``).
 
 New rows (same columns) are given features U by the exact pi-conditional Gibbs move of the fitted
@@ -26,7 +26,7 @@ NEW_ROW_BURN = 10
 
 
 class BinaryMF(Estimator):
-    """Binary matrix factorization (SPEC 3.7); parameters: the fields of ``BMFConfig``. Data: a dense
+    """Binary matrix factorization; parameters: the fields of ``BMFConfig``. Data: a dense
     array (NaN or ``mask`` False = missing) or a dense store; values as ``likelihood`` needs them.
 
     Fitted: ``U_`` (I x K+), ``V_`` (J x L+), ``W_`` (K+ x L+) of the last sample, ``predictive_mean_``
@@ -56,7 +56,7 @@ class BinaryMF(Estimator):
         """U samples (S, n, K+) of the rows of ``X`` (module docstring) and the features' G = W V^T.
 
         A new row joins I fitted rows, so P(u_k = 1) follows the prior's predictive given the fit's
-        column counts n_k: n_k / (beta + I) under the IBP (SPEC 3.7, eqs. 4-5)."""
+        column counts n_k: n_k / (beta + I) under the IBP (paper 003, eqs. 4-5)."""
         X, mask = dense_rows(X, mask)
         self._check_columns(X.shape[1])
         config = self._config()

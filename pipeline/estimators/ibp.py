@@ -1,5 +1,5 @@
-"""The IBP samplers as estimators (SPEC 3.3, 3.4; paper 001): particle filters and Gibbs samplers for
-the infinite linear-Gaussian and noisy-OR models.
+"""The IBP samplers as estimators (paper 001; docs/models/particle-filters.md, docs/models/gibbs.md):
+particle filters and Gibbs samplers for the infinite linear-Gaussian and noisy-OR models.
 
 Both give posterior summaries over the samples (``ibp_summary.finalise``): ``zzt_`` (E[Z Z^T]),
 ``k_plus_dist_`` (P(K+ = k)), ``k_plus_mean_`` and ``components_`` (E[A], or E[Y] for noisy-OR, in the
@@ -84,7 +84,7 @@ class _IBPModel(Estimator):
 
 
 class _ParticleFilter(_IBPModel):
-    """Particle filter estimators (SPEC 3.3): rows are processed in order, so ``partial_fit`` continues
+    """Particle filter estimators: rows are processed in order, so ``partial_fit`` continues
     the filter with more rows, and ``score`` propagates a copy of the particles through new rows."""
 
     def _fit(self, config: Any, source: Source, engine: Engine, run: RunStore | None) -> None:
@@ -154,14 +154,14 @@ class _ParticleFilter(_IBPModel):
 
     def score(self, X, y=None, *, mask=None, client=None) -> float:
         """log p(X | training rows) per row of ``X``: the filter's evidence increments while a copy of the
-        fitted particles processes the rows of ``X`` (SPEC 3.3 weights; the fitted model is unchanged)."""
+        fitted particles processes the rows of ``X`` (the fitted model is unchanged)."""
         driver = self._continued(X, mask, client)
         self._run(driver, self._config(), None, Position(self.n_rows_))
         return (driver.state.log_evidence - self.log_evidence_) / (driver.n_rows - self.n_rows_)
 
 
 class _GibbsSampler(_IBPModel):
-    """Gibbs sampler estimators (SPEC 3.4): ``chains`` independent chains, summaries over the retained
+    """Gibbs sampler estimators: ``chains`` independent chains, summaries over the retained
     sweeps; the reference sample of ``transform`` is the last sample of the chain whose last log joint
     is highest."""
 
@@ -221,7 +221,7 @@ class NoisyORParticleFilter(_ParticleFilter):
 
 
 class LinearGaussianGibbs(_GibbsSampler):
-    """Collapsed Gibbs sampler for the infinite linear-Gaussian model (SPEC 3.4); parameters: the fields
+    """Collapsed Gibbs sampler for the infinite linear-Gaussian model; parameters: the fields
     of ``LGGibbsConfig``.
 
     Fitted: ``zzt_``, ``k_plus_dist_``, ``k_plus_mean_``, ``components_`` (E[A] in the most probable
@@ -235,7 +235,7 @@ class LinearGaussianGibbs(_GibbsSampler):
 
 
 class NoisyORGibbs(_GibbsSampler):
-    """Gibbs sampler for the infinite noisy-OR model (SPEC 3.4) on 0/1 data; parameters: the fields of
+    """Gibbs sampler for the infinite noisy-OR model on 0/1 data; parameters: the fields of
     ``NoisyORGibbsConfig``. Fitted attributes as ``LinearGaussianGibbs``'s, with E[Y] and the last Y
     (``sample_features_``) as features and no sigmas."""
 

@@ -1,5 +1,5 @@
-"""IMF and INMF as estimators (SPEC 3.1, 3.2): variational infinite (non-negative) matrix factorization
-of a dense matrix with missing entries, K+ chosen by the evidence.
+"""IMF and INMF as estimators (docs/models/imf.md, docs/models/inmf.md): variational infinite (non-negative)
+matrix factorization of a dense matrix with missing entries, K+ chosen by the evidence.
 
 ``fit`` runs ``IMFDriver``; new rows are fitted with the column posteriors q(A), q(pi), q(eta_X) fixed
 (``kernels.imf.fit_rows``, the training row update iterated to its fixed point) and, when offsets are
@@ -22,7 +22,7 @@ from buffet.pipeline.models.imf import IMFConfig, IMFDriver, INMFConfig
 
 
 class IMF(Estimator):
-    """IMF (SPEC 3.1): x_ij ~ N(b_i + c_j + z_i . a_j, 1/eta_X) over the observed entries, z_i binary
+    """IMF: x_ij ~ N(b_i + c_j + z_i . a_j, 1/eta_X) over the observed entries, z_i binary
     under the IBP, a_j Gaussian; parameters: the fields of ``IMFConfig`` (offsets b, c only with
     ``offset_reg``). Data: a dense array (NaN or ``mask`` False = missing) or a dense store.
 
@@ -86,7 +86,7 @@ class IMF(Estimator):
 
 
 class INMF(IMF):
-    """INMF (SPEC 3.2): IMF with a_kj >= 0 under a truncated Gaussian prior, fitted by power EP;
+    """INMF: IMF with a_kj >= 0 under a truncated Gaussian prior, fitted by power EP;
     parameters: the fields of ``INMFConfig``. New rows use the same row update with INMF's q(A)."""
 
     config_cls = INMFConfig

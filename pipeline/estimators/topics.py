@@ -1,4 +1,5 @@
-"""The Poisson topic models as estimators: ``BayesianNMF`` (SPEC 3.5) and ``CorrelatedNMF`` (SPEC 3.6).
+"""The Poisson topic models as estimators: ``BayesianNMF`` (docs/models/bnmf.md) and ``CorrelatedNMF``
+(docs/models/cnmf.md).
 
     >>> model = BayesianNMF(50, batch_size=1000).fit("corpus.zarr", client=client)
     >>> weights = model.transform(X_new)          # E[theta] per document
@@ -93,7 +94,7 @@ class _TopicModel(Estimator):
 
 
 class BayesianNMF(_TopicModel):
-    """Bayesian NMF (SPEC 3.5) by batch VB or SVI; parameters: the fields of ``BNMFConfig``.
+    """Bayesian NMF by batch VB or SVI; parameters: the fields of ``BNMFConfig``.
 
     Fitted: ``components_`` (K x V topic-word probabilities, E[beta] normalised per topic), ``g_``,
     ``h_`` (q(beta) shapes and rates, V x K), ``trace_``, ``vocab_`` (a store's vocabulary or None).
@@ -104,7 +105,7 @@ class BayesianNMF(_TopicModel):
 
     def transform(self, X, normalize: bool = False) -> np.ndarray:
         """E[theta_d] of every document (row of ``X``) with the topics fixed, or topic proportions if
-        ``normalize`` (SPEC 3.5 local step, run to ``local_tol`` or ``eval_max_sweeps`` sweeps)."""
+        ``normalize`` (the local step, run to ``local_tol`` or ``eval_max_sweeps`` sweeps)."""
         m, config = self._counts(X), self._config()
         hyper = config.hyper(m.shape[1])
         view = bnmf.TopicView.from_params(self.g_, self.h_)
@@ -115,7 +116,7 @@ class BayesianNMF(_TopicModel):
 
     def score(self, X, y=None) -> float:
         """Held-out per-word log likelihood of the documents of ``X`` by threefold document completion
-        (SPEC 4); higher is better."""
+        (paper 002, Sec. 11.6); higher is better."""
         m, config = self._counts(X), self._config()
         ll, tokens = bnmf.threefold_completion(m.indptr, m.indices, m.data, bnmf.TopicView.from_params(self.g_, self.h_),
                                                self.g_ / self.h_, config.hyper(m.shape[1]),
@@ -124,7 +125,7 @@ class BayesianNMF(_TopicModel):
 
 
 class CorrelatedNMF(_TopicModel):
-    """Correlated NMF (SPEC 3.6): topics with locations l_k in a latent space; parameters: the fields of
+    """Correlated NMF: topics with locations l_k in a latent space; parameters: the fields of
     ``CNMFConfig``.
 
     Fitted: ``components_`` (K x V topic-word probabilities), ``L_`` (K x m topic locations),
@@ -140,7 +141,7 @@ class CorrelatedNMF(_TopicModel):
         self.correlation_ = cnmf.correlation(self.L_)
 
     def transform(self, X) -> np.ndarray:
-        """Document locations u_d (n x m) with the globals fixed: the local Newton step of SPEC 3.6
+        """Document locations u_d (n x m) with the globals fixed: the local Newton step
         (``kernels.cnmf.local_step``), as used for nearest-neighbour retrieval."""
         m, config = self._counts(X), self._config()
         view = bnmf.TopicView.from_params(self.g_, self.h_)
@@ -149,7 +150,7 @@ class CorrelatedNMF(_TopicModel):
 
     def score(self, X, y=None) -> float:
         """Held-out per-word log likelihood of the documents of ``X`` by threefold document completion
-        (SPEC 4, u_d fitted on two thirds); higher is better."""
+        (paper 002, Sec. 11.6, u_d fitted on two thirds); higher is better."""
         m, config = self._counts(X), self._config()
         ll, tokens = cnmf.threefold_completion(m.indptr, m.indices, m.data, bnmf.TopicView.from_params(self.g_, self.h_),
                                                self.g_ / self.h_, self.L_, config.local_settings(),

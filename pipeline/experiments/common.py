@@ -1,4 +1,4 @@
-"""Pieces shared by the reproduction experiments of paper 000 (SPEC 4): the held-out completion harness
+"""Pieces shared by the reproduction experiments of paper 000 (Sec. 4): the held-out completion harness
 of role mining and collaborative filtering (``complete_with_baselines``, ``complete_with_engine``), IMF/INMF
 fits through the engine's driver, validation choice of a baseline's K, summary tables and the
 paper-vs-measured print.
@@ -43,7 +43,7 @@ Completion = tuple[str, int, float]
 def write_store(x: np.ndarray, observed: np.ndarray | None, heldout: np.ndarray, path: Path, kind: str,
                 chunk_rows: int) -> str:
     """A dataset store of ``x`` (entries outside ``observed`` missing) with the entries ``heldout`` as the
-    ``heldout`` split the driver trains without and predicts (SPEC 1, SPEC 4)."""
+    ``heldout`` split the driver trains without and predicts."""
     ds = from_array(x, path, kind, mask=observed, rows_per_chunk=chunk_rows, overwrite=True)
     add_split(ds, SPLIT, {"test_mask": heldout}, {"kind": "entries"})
     return str(path)
@@ -65,7 +65,7 @@ class EngineFit:
 
 def fit_engine(config: IMFConfig, store: str) -> EngineFit:
     """Fit IMF or INMF (by the config's class) as ``buffet fit`` does (module docstring), on an
-    in-process engine (SPEC 2)."""
+    in-process engine."""
     source, engine = source_of(store), ProcessEngine()
     config, selection = settle_config(spec_for("inmf" if isinstance(config, INMFConfig) else "imf"), config, source,
                                       engine)
@@ -107,7 +107,7 @@ def choose_k(path: ScorePath, x: np.ndarray, fit_mask: np.ndarray, valid: np.nda
 
 def complete_with_baselines(x: np.ndarray, train: np.ndarray, test: np.ndarray, valid: np.ndarray, seed: int,
                             metric: Metric, methods: Sequence[Baseline]) -> list[Completion]:
-    """Held-out completion (SPEC 4) by each baseline: K chosen on ``valid`` (a part of ``train``) with the
+    """Held-out completion by each baseline: K chosen on ``valid`` (a part of ``train``) with the
     rest of ``train`` fitted, then refitted on all of ``train`` and scored by ``metric`` on ``test``."""
     out = []
     for name, path, ks in methods:

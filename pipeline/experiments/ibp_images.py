@@ -1,5 +1,5 @@
-"""``buffet reproduce ibp-evidence``: paper 000 figure 2 (SPEC 4 "IBP images, K+ choice"; paper 000
-section 2.3).
+"""``buffet reproduce ibp-evidence``: paper 000 figure 2 (paper 000,
+Sec. 2.3).
 
 Data: X = Z A + noise with the four 6x6 latent images, Z ~ Bern(0.5) of size 50 x 4 and noise of
 variance 0.5 (``data.ibp_images.make_images``), a new draw per seed. IMF and INMF run through the
@@ -8,8 +8,7 @@ evidence L(q; K+) is recorded for every K+ = 1..8; the paper's figure peaks at K
 
 Beside each curve the table gives an oracle: L(q; 4) converged from the true Z (``oracle_evidence``).
 When it is below the curve's maximum at another K+, the evidence prefers that K+ even at the truth,
-so a better search (restarts, other initialisations) would not make the seed peak at K+ = 4
-(benchmarks/README.md section 12 measures why).
+so a better search (restarts, other initialisations) would not make the seed peak at K+ = 4.
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """``buffet reproduce pf-images | pf-noisy-or | ibp-speed``: particle filter against Gibbs sampling
-(paper 001 figures 3 and 5; paper 000 figure 3; SPEC 4 "IBP images, speed" and "noisy-OR").
+(paper 001 figures 3 and 5; paper 000 figure 3).
 
 Every method runs through its engine driver on an in-process engine (``ProcessEngine()``), one
 particle block or one chain, so both samplers get the same engineering: the kernels of
@@ -9,8 +9,8 @@ Each setting (P particles, or S sweeps with the first 10% discarded) is run ``--
 with run seeds 0, 1, ...; points are the mean time and mean error with standard deviations.
 
 * ``pf-images`` (paper 001 figure 3): one data set, 100 rows of the four 6x6 images, z ~ Bern(0.5),
-  sigma_X = 0.5; ZZ^T error (SPEC 4). The filters and the Gibbs chains use alpha = 1,
-  sigma_X = 0.5, sigma_A = 1 (Gibbs resamples all three each sweep, SPEC 3.4); the filters of all three
+  sigma_X = 0.5; ZZ^T error (paper 001, Sec. 4.2). The filters and the Gibbs chains use alpha = 1,
+  sigma_X = 0.5, sigma_A = 1 (Gibbs resamples all three each sweep); the filters of all three
   experiments are the paper's algorithms, without resample-move (``moves`` 0; with moves:
   benchmarks/pf_particles_curve.py). Option ``proposal`` (``run_experiment(..., options={"proposal":
   "prior"})``): the filter's proposal of z_i.
@@ -18,7 +18,7 @@ with run seeds 0, 1, ...; points are the mean time and mean error with standard 
   eq. 8 with lambda = 0.9, eps = 0.01; ZZ^T error; alpha = 3, p, lambda, eps at their true values
   (Gibbs resamples alpha).
 * ``ibp-speed`` (paper 000 figure 3): 50 rows, four random 6x6 images with eight ones each (a new
-  draw per seed), noise variance 0.5; base error (SPEC 4) of E[A] against wall time for IMF and
+  draw per seed), noise variance 0.5; base error (paper 000, Sec. 4.1) of E[A] against wall time for IMF and
   INMF (on an in-process engine, K+ chosen by evidence), VFMF and TVIMF (at truncations 4 to 10, the
   best of 3 random restarts), the particle filter and Gibbs: paper 000's six algorithms.
 
@@ -51,7 +51,7 @@ from buffet.pipeline.reports.plots import new_figure, save_figure
 from buffet.pipeline.experiments.common import markdown_table, mean_std, write_csv, write_markdown, write_store
 
 PF, GIBBS = "particle filter", "Gibbs"
-SPEED_UP = 10.0  # "an order of magnitude faster" (paper 001 section 4.2)
+SPEED_UP = 10.0  # "an order of magnitude faster" (paper 001, Sec. 4.2)
 
 
 @dataclass(frozen=True)
@@ -218,7 +218,7 @@ def write_outputs(out_dir: Path, name: str, title: str, paper: str, curves: dict
 # ----- the experiments -----
 
 def pf_images(out_dir: Path, seeds: int, quick: bool, proposal: str = LGParticleConfig.proposal) -> list[Path]:
-    """Paper 001 figure 3 (module docstring); ``proposal`` names the filter's proposal of z_i (SPEC 3.3)."""
+    """Paper 001 figure 3 (module docstring); ``proposal`` names the filter's proposal of z_i."""
     n_rows, particles, sweeps = (30, [1, 10, 100], [2, 5, 20]) if quick else \
         (100, [1, 10, 100, 500, 1000, 2500, 5000], [1, 2, 5, 10, 20, 50, 100, 200, 500, 1000])
     data = image_data(np.random.default_rng(0), n_rows=n_rows, noise_sd=0.5)
@@ -261,7 +261,7 @@ def pf_noisy_or(out_dir: Path, seeds: int, quick: bool) -> list[Path]:
 
 
 def _base_error(A_true: np.ndarray, A_est: np.ndarray) -> float:
-    """SPEC 4 base error; an estimate without features counts as one all-zero base."""
+    """The base error of paper 000, Sec. 4.1; an estimate without features counts as one all-zero base."""
     return base_error(A_true, A_est if A_est.shape[0] else np.zeros((1, A_true.shape[1])))
 
 
@@ -317,7 +317,7 @@ def ibp_speed(out_dir: Path, seeds: int, quick: bool) -> list[Path]:
     notes = [f"Data: {n_rows} x 36, four random 6x6 images with eight ones each (new draw per seed), noise variance "
              f"0.5; {seeds} seeds. E[A] of the filter and Gibbs is the posterior mean in the most probable IBP class; "
              "IMF/INMF use the converged q(A) at the K+ chosen by evidence; their one point per seed is a whole fit "
-             f"(setting 0). VFMF and TVIMF (SPEC 3.8): one point per truncation T (the setting), the best bound of "
+             f"(setting 0). VFMF and TVIMF: one point per truncation T (the setting), the best bound of "
              f"{restarts} random start(s) of q(z) each."]
     return write_outputs(out_dir, "ibp_speed", "Base error against wall time (paper 000 fig. 3)",
                          "IMF/INMF converge fastest; INMF lowest error; the comparators VFMF and TVIMF are unstable "

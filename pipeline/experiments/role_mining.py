@@ -1,4 +1,4 @@
-"""``buffet reproduce role-mining``: paper 000 table 1 (SPEC 4 role mining; paper 000 section 4.3).
+"""``buffet reproduce role-mining``: paper 000 table 1 (paper 000, Sec. 4.3).
 
 Data: the HP Labs Domino and Firewall user-permission files that ship with the package
 (``buffet.data.bundled``, folder ``data/datasets/rolemining/``), ingested with the product's pair

@@ -1,5 +1,5 @@
 """Binary matrix factorization on the engine: U by row panels, V by column panels, W globally
-(SPEC 2, 3.7; paper 003).
+(paper 003; docs/models/bmf.md).
 
 The data are held on the workers in two cuts (``engine.hold``): row panels, the data's row blocks
 (X and the entries training may see: observed, not held out by the split, not in a validation
@@ -30,7 +30,7 @@ are the driver's client-side values, one ``BMFState``. A panel's task is sent it
 chain on any number of workers and a step tried again draws the same numbers. After ``burn_in``
 sweeps each row panel adds its predictive means E[x_ij | U, V, W] (``bmf.mean_of``) to a running sum,
 the named per-block state "pred"; their average over retained sweeps is the posterior predictive
-mean of every entry, held-out ones included (section 3.4).
+mean of every entry, held-out ones included (paper 003, Sec. 3.4).
 """
 
 from __future__ import annotations
@@ -63,9 +63,9 @@ DATA_KINDS = {"logistic": "binary", "poisson": "counts"}  # values each observat
 
 @dataclass
 class BMFConfig(SelectionSettings):
-    """Settings of a BMF fit (SPEC 3.7; the sweep of the module docstring). Why ``move_size`` defaults to
-    0: the extra move (paper section 3.3) did not improve the reconstructions of the bars data (3 seeds).
-    Why ``split_merge`` defaults to 0: on the bars (10 seeds, benchmarks/README.md section 20) the moves
+    """Settings of a BMF fit (the sweep of the module docstring). Why ``move_size`` defaults to
+    0: the extra move (paper 003, Sec. 3.3) did not improve the reconstructions of the bars data (3 seeds).
+    Why ``split_merge`` defaults to 0: on the bars (10 seeds) the moves
     put the true K+ and L+ inside the chain's 90% interval no more often (2 and 1 of 10 against 1 and 0),
     overshot both, and made a sweep several times slower."""
 
@@ -155,7 +155,7 @@ RandomKey = tuple  # (seed, purpose, sweep): with the panel, the key of a task's
 
 
 def check_task(rows: DenseRows, where: str, kind: str | None) -> str | None:
-    """Why the panel's observed values do not suit the observation model (SPEC 1 bad input), or None.
+    """Why the panel's observed values do not suit the observation model, or None.
 
     Returned rather than raised, so the client raises it as one error without a worker's traceback log.
     """
@@ -228,7 +228,7 @@ def log_lik_task(rows: DenseRows, U: np.ndarray, Ws: np.ndarray, V: np.ndarray, 
 
 
 def accumulate_task(total: np.ndarray, U: np.ndarray, W: np.ndarray, V: np.ndarray, likelihood: str) -> np.ndarray:
-    """The running sum of the predictive means E[x | U, V, W] of a row panel's entries (section 3.4)."""
+    """The running sum of the predictive means E[x | U, V, W] of a row panel's entries (paper 003, Sec. 3.4)."""
     return total + bmf.mean_of(likelihood, U @ W @ V.T)
 
 
@@ -296,7 +296,7 @@ class BMFDriver(StatefulDriver):
                               config.alpha, config.lam, config.phi, config.theta)
 
     def _check_values(self) -> None:
-        """Refuse observed values the observation model cannot take, naming the panel's rows (SPEC 1)."""
+        """Refuse observed values the observation model cannot take, naming the panel's rows."""
         where = self.engine.generate(str, [(f"{self.source} (rows {r0}-{r1 - 1})",) for r0, r1 in self.row_bounds])
         problems = self.engine.collect(self.engine.map(check_task, self.rows, where,
                                                       DATA_KINDS.get(self.config.likelihood)))
@@ -322,7 +322,7 @@ class BMFDriver(StatefulDriver):
         return split_rows(self.full(side), self.row_bounds if side == "u" else self.col_bounds)
 
     def start(self) -> None:
-        """U and V from their priors, W from N(w0, 1/phi) (paper section 4.1 initialises from the prior),
+        """U and V from their priors, W from N(w0, 1/phi) (paper 003, Sec. 4.1, initialises from the prior),
         the running sums at zero."""
         prior_u, prior_v = self.config.priors(self.state.alpha, self.state.lam)
         U = initial_features(prior_u, self.shape[0], stream(self.config.seed, "bmf-init", 0))

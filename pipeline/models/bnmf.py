@@ -1,4 +1,4 @@
-"""Bayesian NMF (SPEC 3.5, paper 002 section 11.3.1): its settings and its model object for the topic
+"""Bayesian NMF (paper 002, Sec. 11.3.1; docs/models/bnmf.md): its settings and its model object for the topic
 models' driver (``models.topics``): the local step of a document block, its statistics, and the batch and
 stochastic updates of q(beta) on the client.
 """
@@ -21,13 +21,13 @@ from buffet.pipeline.models.topics import CLIENT_THREADS, Corpus, TopicModelConf
 @dataclass
 class BNMFConfig(TopicModelConfig):
     """Settings of a Bayesian NMF fit: the topic models' (``TopicModelConfig``) plus the theta prior
-    (paper 002 section 11.6) and how the local steps run.
+    (paper 002, Sec. 11.6) and how the local steps run.
 
     Why the SVI schedule (kappa 0.6, t0 10) and ``max_sweeps`` 10 differ from the topic models' shared
     defaults: on held-out documents of two generated validation corpora (not the benchmark's), one pass
-    with them scores 0.4-1.1% better per word than with (0.51, 1) and 20 sweeps, at half the sweeps
-    (benchmarks/README.md section 22). Fewer sweeps fit early, still random topics less tightly (fully
-    converged local fits entrench them, section 13); 7 sweeps were too few.
+    with them scores 0.4-1.1% better per word than with (0.51, 1) and 20 sweeps, at half the sweeps.
+    Fewer sweeps fit early, still random topics less tightly (fully converged local fits entrench them);
+    7 sweeps were too few.
     """
 
     a0: float | None = option(None, "Shape of the document weights' prior theta_kd ~ Gamma(a0, b0) (> 0; unset: "
@@ -53,11 +53,11 @@ class BNMFConfig(TopicModelConfig):
             raise UserError(f"precision must be 'float64' or 'float32', got {self.precision!r}")
 
     def local_settings(self) -> bnmf.LocalSettings:
-        """How the training local steps run (SPEC 3.5 local step)."""
+        """How the training local steps run."""
         return bnmf.LocalSettings(self.local_tol, self.max_sweeps, self.accelerate)
 
     def inference_settings(self) -> bnmf.LocalSettings:
-        """How documents are fitted with the topics fixed for evaluation and ``transform`` (SPEC 4)."""
+        """How documents are fitted with the topics fixed for evaluation and ``transform``."""
         return bnmf.LocalSettings(self.local_tol, self.eval_max_sweeps, self.accelerate)
 
     def hyper(self, n_words: int) -> bnmf.Hyper:
@@ -83,7 +83,7 @@ class BNMF:
         return cls(config, config.hyper(n_words))
 
     def initial_globals(self, corpus: Corpus, n_tokens: float, n_docs: int) -> TopicState:
-        """The prior plus noise scaled to the corpus (SPEC 3.5)."""
+        """The prior plus noise scaled to the corpus (paper 002, Sec. 11.6)."""
         g, h = bnmf.initial_globals(corpus.n_words, self.config.n_topics, n_tokens, n_docs, self.hyper,
                                     stream(self.config.seed, "init"))
         return TopicState(g, h, docs_seen=0)
@@ -105,7 +105,7 @@ class BNMF:
         return {"S": res.S, "theta_sum": res.theta_sum, "docs": float(rows.n_rows), "sweeps": float(res.sweeps.sum())}
 
     def batch_update(self, engine: Engine, state: TopicState, stats: dict, locals_: BlockSet) -> TopicState:
-        """q(beta) from every document's statistics (SPEC 3.5 batch)."""
+        """q(beta) from every document's statistics (the batch update)."""
         g, h = bnmf.batch_update(stats["S"], stats["theta_sum"], self.hyper)
         return replace(state, g=g, h=h)
 
@@ -128,7 +128,7 @@ class BNMF:
         return bnmf.TopicView.from_params(state.g, state.h), state.g / state.h
 
     def completion(self, rows: CSRRows, block: int, view: tuple[bnmf.TopicView, np.ndarray]) -> dict:
-        """Threefold document completion of a block of held-out documents (SPEC 4)."""
+        """Threefold document completion of a block of held-out documents (paper 002, Sec. 11.6)."""
         topics, mean_beta = view
         ll, tokens = bnmf.threefold_completion(rows.indptr, rows.indices, rows.data, topics, mean_beta, self.hyper,
                                                self.config.inference_settings(),

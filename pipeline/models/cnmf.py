@@ -1,4 +1,4 @@
-"""Correlated NMF (SPEC 3.6, paper 002 sections 11.3.2 and 11.5): its settings and its model object for
+"""Correlated NMF (paper 002, Secs. 11.3.2 and 11.5; docs/models/cnmf.md): its settings and its model object for
 the topic models' driver (``models.topics``).
 
 Globals: q(beta) (shapes ``g``, rates ``h``) and the topic locations ``L`` (K x m). A document's local
@@ -28,8 +28,8 @@ Locals = tuple[np.ndarray, np.ndarray]  # a block's (u_d rows, alpha_d)
 
 @dataclass
 class CNMFConfig(TopicModelConfig):
-    """Settings of a correlated NMF fit (SPEC 3.6): the topic models' (``TopicModelConfig``) plus the
-    latent space of topic and document locations (defaults of paper 002 section 11.6) and the
+    """Settings of a correlated NMF fit: the topic models' (``TopicModelConfig``) plus the
+    latent space of topic and document locations (defaults of paper 002, Sec. 11.6) and the
     document's local Newton iteration.
     """
 
@@ -57,7 +57,7 @@ class CNMFConfig(TopicModelConfig):
         return cnmf.Prior.with_dims(self.n_dims, self.sigma2)
 
     def hyper(self, n_words: int) -> bnmf.Hyper:
-        """q(beta)'s prior (SPEC 3.5); the theta prior of ``bnmf.Hyper`` is not used here."""
+        """q(beta)'s prior, as in Bayesian NMF; the theta prior of ``bnmf.Hyper`` is not used here."""
         base = bnmf.Hyper.paper_defaults(n_words, self.n_topics)
         return bnmf.Hyper(c0=base.c0 if self.c0 is None else self.c0, a0=base.a0, b0=base.b0, n_words=n_words)
 
@@ -146,14 +146,14 @@ class CNMF:
         return bnmf.TopicView.from_params(state.g, state.h), state.g / state.h, state.L
 
     def completion(self, rows: CSRRows, block: int, view: tuple) -> dict:
-        """Threefold document completion of a block of held-out documents (SPEC 4)."""
+        """Threefold document completion of a block of held-out documents (paper 002, Sec. 11.6)."""
         topics, mean_beta, L = view
         ll, tokens = cnmf.threefold_completion(rows.indptr, rows.indices, rows.data, topics, mean_beta, L,
                                                self.config.local_settings(), stream(self.config.seed, "thirds", block))
         return {"ll": ll, "tokens": tokens}
 
     def location(self, rows: CSRRows, view: tuple) -> np.ndarray:
-        """u_d of a block's documents with the globals fixed (SPEC 3.6, for nearest-neighbour retrieval)."""
+        """u_d of a block's documents with the globals fixed (for nearest-neighbour retrieval)."""
         topics, L = view
         return cnmf.local_step(rows.indptr, rows.indices, rows.data, topics, L, self.config.local_settings(),
                                with_stats=False).u

@@ -1,11 +1,11 @@
-"""Gibbs baselines on the engine: independent chains in parallel (SPEC 2, 3.4; paper 001 section 4.2).
+"""Gibbs baselines on the engine: independent chains in parallel (paper 001, Sec. 4.2; docs/models/gibbs.md).
 
 Config ``chains`` chains (default 4) run side by side, held by the engine as the named state
 ``CHAINS``; the rows of X are read once and shared with the tasks (``Engine.share``). An engine step
 is one sweep of every chain, one task per chain, with chain c at sweep s drawing from
 ``stream(seed, "chain", c, s)``, so results do not depend on the workers. A chain is its sampler state
 and its running posterior sums (``kernels.ibp_summary``, one unit of weight per retained sweep); the
-first ``burn_in`` fraction of the sweeps (10% by default, as in paper 001 section 4.2) is discarded.
+first ``burn_in`` fraction of the sweeps (10% by default, as in paper 001, Sec. 4.2) is discarded.
 Every step records K+ and the log joint of each chain (and the hyperparameters the kernels resample:
 alpha, sigma_X and sigma_A for the linear-Gaussian model, alpha for noisy-OR) and their means over the
 chains. The posterior (``posterior``) is the chains' sums tree-reduced in chain order. The client holds
@@ -41,7 +41,7 @@ CHAINS = "chains"  # the named state: one Chain per block
 
 @dataclass
 class GibbsConfig:
-    """Settings shared by both Gibbs samplers (SPEC 3.4; chains and burn-in as in the module docstring)."""
+    """Settings shared by both Gibbs samplers (chains and burn-in as in the module docstring)."""
 
     sweeps: int = option(200, "Sweeps per chain, burn-in included (>= 1); a sweep updates every row. Raise it "
                               "until the traced K+ and log joint stop drifting.")
@@ -75,7 +75,7 @@ class GibbsConfig:
         raise NotImplementedError
 
     def sweep(self, data: DenseRows, state: Any, rng: np.random.Generator) -> Any:
-        """The model's kernel sweep (SPEC 3.4)."""
+        """The model's kernel sweep."""
         raise NotImplementedError
 
     def log_joint(self, data: DenseRows, state: Any) -> float:

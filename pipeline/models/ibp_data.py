@@ -1,4 +1,4 @@
-"""The data of the IBP samplers (particle filters, Gibbs samplers; SPEC 3.3, 3.4): every row of a dense
+"""The data of the IBP samplers (particle filters, Gibbs samplers): every row of a dense
 dataset, read once on the client. These models visit all rows at every step, and their data are small
 (hundreds to a few thousand rows), so the drivers send the rows to the cluster once
 (``Engine.share``) instead of cutting them into blocks."""

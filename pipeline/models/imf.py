@@ -1,5 +1,5 @@
 """IMF and INMF on the engine: per-row q(z) on row blocks, column posteriors from reduced sums,
-and K+ chosen by evidence (SPEC 2, 3.1, 3.2; paper 000 Algorithm 1).
+and K+ chosen by evidence (paper 000, Algorithm 1; docs/models/imf.md and docs/models/inmf.md).
 
 Each engine step is one alternation at the current K+: the client updates the column
 posteriors from the reduced statistics, the row blocks update q(z) and return new statistics,
@@ -15,7 +15,7 @@ the state at the new K+; a later candidate has to beat the leader by more than t
 candidates reaching one optimum are decided the same way on any chunking (paper 000 Algorithm 1
 grows from the previous state; trying several residual directions keeps one unlucky direction from
 deciding K+, and the restart undoes what growth merged: the best single feature of a K+ = 1 fit to
-planted data is a blend of several true ones, and later growth steps never split it, issue #13).
+planted data is a blend of several true ones, and later growth steps never split it).
 Every row update first takes the row's best exchange of two features' q(z) (``kernels.imf.swap_rows``),
 a move coordinate ascent cannot make between similar features.
 
@@ -65,7 +65,7 @@ ICA_TOL = 1e-8  # FastICA has converged when every unmixing row moves by at most
 
 @dataclass
 class IMFConfig(SelectionSettings):
-    """Settings of an IMF fit (SPEC 3.1; the K+ search of the module docstring). The row and column
+    """Settings of an IMF fit (the K+ search of the module docstring). The row and column
     offsets of ``offset_reg`` extend the paper's model (``kernels.imf.remove_offsets``).
     """
 
@@ -115,7 +115,7 @@ class IMFConfig(SelectionSettings):
 
 @dataclass
 class INMFConfig(IMFConfig):
-    """Settings of an INMF fit: IMF's plus the EP schedule for the prior sites (SPEC 3.2)."""
+    """Settings of an INMF fit: IMF's plus the EP schedule for the prior sites."""
 
     damping: float = option(0.7, "EP damping d in (0, 1]: a site moves the fraction d of the way to its new "
                                  "value (1: undamped). Lower it if the evidence oscillates or the fit stalls.")
@@ -437,7 +437,7 @@ class IMFDriver(StatefulDriver):
         self.engine.keep("nu", self.engine.state(f"{name}_nu"))
 
     def adopt_best(self) -> None:
-        """Make the best converged state current (SPEC 3.1 keeps the K+ with the best L): what a run
+        """Make the best converged state current (the search keeps the K+ with the best L): what a run
         stopped part-way reports, since a stop during growth leaves q(z) one column ahead of q(A). A
         finished search has made it current already."""
         if self.state.best is not None and not self.state.done:

@@ -1,4 +1,5 @@
-"""Particle filters for IBP matrix factorization on the engine (SPEC 2, 3.3; paper 001 Algs. 2-3).
+"""Particle filters for IBP matrix factorization on the engine (paper 001, Algorithms 2-3;
+docs/models/particle-filters.md).
 
 The P particles are split into a fixed number of blocks (config ``blocks``, independent of the
 workers), held by the engine as the named state ``PARTICLES``; the rows of X are read once and shared
@@ -63,7 +64,7 @@ MOVES_HELP = ("Resample-move: after each resampling, every particle's Z is re-dr
 
 @dataclass
 class ParticleConfig:
-    """Settings shared by both particle filters (SPEC 3.3; resampling as in the module docstring)."""
+    """Settings shared by both particle filters (resampling as in the module docstring)."""
 
     particles: int = option(1000, "Number of particles P (>= 1). More approximate the posterior better; time "
                                   "and memory grow in proportion.")
@@ -96,7 +97,7 @@ class ParticleConfig:
 
     def propagate(self, block: ibp_prior.IBPParticles, x: np.ndarray, observed: np.ndarray | None,
                   rng: np.random.Generator) -> tuple[ibp_prior.IBPParticles, np.ndarray]:
-        """The model's kernel step for row x: the new block and incremental log-weights (SPEC 3.3)."""
+        """The model's kernel step for row x: the new block and incremental log-weights."""
         raise NotImplementedError
 
     def features(self, block: ibp_prior.IBPParticles) -> np.ndarray:
@@ -121,8 +122,7 @@ class LGParticleConfig(ParticleConfig):
     proposal: str = option("guided", "Proposal of a row's features z_i: 'prior' (the paper's IBP prior) or "
                                      "'guided' (weighs each existing feature by how well it explains x_i; it had the "
                                      "lower error at equal time on the paper's images).")
-    moves: int = option(10, MOVES_HELP + " The default 10 had the lower error at equal time on the four-image data "
-                                         "(benchmarks/README.md section 19).")
+    moves: int = option(10, MOVES_HELP + " The default 10 had the lower error at equal time on the four-image data.")
 
     BLOCK_CLS: ClassVar[type] = LGParticles
 
@@ -156,7 +156,7 @@ class NoisyORParticleConfig(ParticleConfig):
     lam: float = option(0.9, NOISY_OR_HELP["lam"])
     eps: float = option(0.01, NOISY_OR_HELP["eps"])
     moves: int = option(2, MOVES_HELP + " The default 2 had the lower error at equal time on paper 001's figure-5 "
-                                        "data (benchmarks/README.md section 19).")
+                                        "data.")
 
     BINARY: ClassVar[bool] = True
     BLOCK_CLS: ClassVar[type] = NoisyORParticles
@@ -209,7 +209,7 @@ def rebuild_task(sources: tuple[ibp_prior.IBPParticles, ...], picks: list[np.nda
 
 
 def summary_task(config: ParticleConfig, block: ibp_prior.IBPParticles, weights: np.ndarray) -> ibp_summary.Summary:
-    """The weighted sums of one block under the globally normalised final weights (SPEC 3.3)."""
+    """The weighted sums of one block under the globally normalised final weights."""
     return ibp_summary.summarise(block.Z, config.features(block), weights)
 
 

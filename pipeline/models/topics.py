@@ -1,5 +1,5 @@
 """The Poisson topic models' driver: one algorithm, batch VB or SVI, for Bayesian and correlated NMF
-(SPEC 2, 3.5, 3.6; issue #11 item 2).
+(docs/models/bnmf.md, docs/models/cnmf.md).
 
 The models (``TopicModel``: ``models.bnmf.BNMF``, ``models.cnmf.CNMF``) say what a document's local
 step is, what statistics it returns and how the globals are updated from them; this driver says when
@@ -13,7 +13,7 @@ each runs. Bayesian and correlated NMF differ only in their model object.
   by D/|C_t| take a natural-gradient step of size rho_t = (t0 + t)^-kappa (eqs. 11.33-11.35).
 
 Held-out documents (the ``split``'s rows) are scored by threefold document completion every
-``eval_every`` steps (SPEC 4).
+``eval_every`` steps (paper 002, Sec. 11.6).
 """
 
 from __future__ import annotations
@@ -40,10 +40,10 @@ CLIENT_THREADS = min(os.cpu_count() or 1, 4)  # threads for the client's topic v
 
 @dataclass
 class TopicModelConfig:
-    """Settings shared by the Poisson topic models (Bayesian NMF, correlated NMF; SPEC 3.5-3.6).
+    """Settings shared by the Poisson topic models (Bayesian NMF, correlated NMF).
 
     The step size rho_t = (t0 + t)^-kappa defaults to t0 = 1, kappa = 0.51: the NYT schedule of
-    paper 002 (kappa = 0.5) moved just inside the convergent range (0.5, 1] that SPEC 3.5 requires.
+    paper 002 (kappa = 0.5) moved just inside the range (0.5, 1] where SVI converges.
     Its large early steps escape the merged-topic optima that a slower schedule (e.g. online LDA's
     t0 = 10, kappa = 0.7) and batch VB get stuck in. Bayesian NMF has its own, measured on held-out
     documents (``models.bnmf.BNMFConfig``).
@@ -110,7 +110,7 @@ class Corpus:
 
 
 def corpus_from_source(data: str | ArrayRows | Source, split: str | None, model: str = "Bayesian NMF") -> Corpus:
-    """Describe the data of a fit of ``model``; refuses data a count model cannot take (SPEC 1)."""
+    """Describe the data of a fit of ``model``; refuses data a count model cannot take."""
     source = source_of(data)
     src = source.open()
     held = np.zeros(0, dtype=np.int64)
@@ -283,7 +283,7 @@ class TopicDriver(StatefulDriver):
 
     # -- evaluation --
     def heldout_loglik(self, every_document: bool = False) -> float:
-        """Per-word held-out log likelihood by threefold document completion (SPEC 4), of the documents
+        """Per-word held-out log likelihood by threefold document completion (paper 002, Sec. 11.6), of the documents
         scored while fitting or of ``every_document`` of the split."""
         rows = self._eval_blocks(None) if every_document else self.eval_rows
         view = self.engine.share(self.model.eval_view(self.state))

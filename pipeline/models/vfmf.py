@@ -1,5 +1,5 @@
 """VFMF and TVIMF on the engine: IMF's alternation at a fixed truncation T from random starts, keeping the
-start with the best bound (SPEC 2, 3.8; paper 000 kept the best of several random restarts).
+start with the best bound (as paper 000 kept the best of several random restarts; docs/models/comparators.md).
 
 Each engine step is one alternation: the client updates the column posteriors (q(pi) or q(y), q(v); q(A);
 q(eta)) from the reduced statistics, the row blocks update q(z) and return new statistics, and the bound
@@ -38,7 +38,7 @@ USED_ROWS = 0.5  # a feature counts as used when sum_i nu_ik is at least this (I
 
 @dataclass
 class VFMFConfig:
-    """Settings of a VFMF fit (SPEC 3.8, the finite Beta-Bernoulli comparator)."""
+    """Settings of a VFMF fit (the finite Beta-Bernoulli comparator)."""
 
     truncation: int = option(10, "Number of features T the model has (>= 1); features the data do not need end "
                                  "with sum_i nu_ik near 0. Paper 000 used 4 to 10; raise it if every feature is "
@@ -68,7 +68,7 @@ class VFMFConfig:
 
 @dataclass
 class TVIMFConfig(VFMFConfig):
-    """Settings of a TVIMF fit (SPEC 3.8, the truncated stick-breaking comparator): VFMF's."""
+    """Settings of a TVIMF fit (the truncated stick-breaking comparator): VFMF's."""
 
     def prior(self) -> vfmf.Prior:
         return vfmf.TVIMF

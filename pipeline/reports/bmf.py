@@ -1,4 +1,4 @@
-"""What a binary matrix factorization run gives a user (SPEC 3.7, 4): held-out scores of the
+"""What a binary matrix factorization run gives a user: held-out scores of the
 posterior predictive mean, K+ and L+, exports and plots. Defines the ``bmf`` model's ``ModelSpec``
 (``pipeline.registry``).
 
@@ -32,7 +32,7 @@ def make_driver(config: BMFConfig, source: Source, engine: Engine, validation: E
 
 def evaluate(driver: BMFDriver, run: RunStore) -> dict:
     """K+ and L+ (last sample and mean over the retained sweeps) and, with a held-out split, the scores of
-    the posterior predictive mean on its entries (SPEC 4)."""
+    the posterior predictive mean on its entries."""
     k_mean, l_mean = driver.feature_means()
     out = {"likelihood": driver.config.likelihood, "k_plus": int(driver.k_plus), "l_plus": int(driver.full("v").shape[1]),
            "k_plus_mean": k_mean, "l_plus_mean": l_mean, "retained_sweeps": driver.state.retained}

@@ -1,4 +1,4 @@
-"""What a Bayesian NMF run gives a user (SPEC 3.5, 4): held-out scores, topics, exports and plots.
+"""What a Bayesian NMF run gives a user: held-out scores, topics, exports and plots.
 Defines the ``bnmf`` model's ``ModelSpec`` (``pipeline.registry``)."""
 
 from __future__ import annotations
@@ -37,7 +37,7 @@ def summary(driver: TopicDriver, run: RunStore, trace: list[dict]) -> list[str]:
 OUTPUTS = Outputs("Bayesian NMF", evaluate=topics.evaluate, export=export, figures=figures, summary=summary)
 
 # The local step spends its time in NumPy calls that release the GIL, so threads sharing the shared
-# topics beat worker processes that each receive a serialised copy (benchmarks/README.md section 13).
+# topics beat worker processes that each receive a serialised copy (measured).
 SPECS = {"bnmf": ModelSpec(config_cls=BNMFConfig, make_driver=make_driver, outputs=OUTPUTS, worker_kind="threads",
                            summary="Bayesian NMF (Poisson-gamma topic model) by batch VB or SVI, for count data "
                                    "such as bag-of-words corpora")}

@@ -1,4 +1,4 @@
-"""What a correlated NMF run gives a user (SPEC 3.6, 4): held-out scores, topics, their correlations,
+"""What a correlated NMF run gives a user: held-out scores, topics, their correlations,
 document locations, exports and plots. Defines the ``cnmf`` model's ``ModelSpec`` (``pipeline.registry``)."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""What a finished IBP particle-filter or Gibbs run gives a user (SPEC 3.3, 3.4, 4): E[ZZ^T], the
+"""What a finished IBP particle-filter or Gibbs run gives a user: E[ZZ^T], the
 distribution of K+, E[A] in the most probable class, the ZZ^T error when the truth is known, plots.
 
 Defines the ``ModelSpec`` of ``pf-linear-gaussian``, ``pf-noisy-or``, ``gibbs-linear-gaussian`` and
@@ -6,7 +6,7 @@ Defines the ``ModelSpec`` of ``pf-linear-gaussian``, ``pf-noisy-or``, ``gibbs-li
 driver restored at its last checkpoint (the particle blocks or the chains, ``Outputs.states``): the
 weighted summaries of the blocks, or the sums of the chains' retained sweeps. For synthetic data the
 true Z can be stored beside X as the array ``true_Z`` of the dataset store (``add_true_z``);
-``evaluate`` then reports the ZZ^T error of paper 001 section 4.2.
+``evaluate`` then reports the ZZ^T error of paper 001, Sec. 4.2.
 """
 
 from __future__ import annotations
@@ -45,7 +45,7 @@ def true_z(store: str | Path) -> np.ndarray | None:
 
 def evaluate(driver: IBPDriver, run: RunStore) -> dict:
     """Posterior mean of K+, the most probable class's size and mass, the log-evidence (particle filters)
-    and, when the dataset store has ``true_Z``, the ZZ^T error (SPEC 4)."""
+    and, when the dataset store has ``true_Z``, the ZZ^T error."""
     post = driver.posterior()
     out = {"k_plus": float(post["k_plus_mean"]), "k_plus_map": int(post["A_mean"].shape[0]),
            "map_class_prob": float(post["map_class_prob"])}

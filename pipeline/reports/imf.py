@@ -1,4 +1,4 @@
-"""What an IMF/INMF run gives a user (SPEC 3.1-3.2, 4): K+, held-out error or AUC, exports and plots,
+"""What an IMF/INMF run gives a user: K+, held-out error or AUC, exports and plots,
 from the best converged state of the search. Defines the ``imf`` and ``inmf`` models'
 ``ModelSpec`` (``pipeline.registry``).
 """

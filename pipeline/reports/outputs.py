@@ -1,4 +1,4 @@
-"""One evaluate / export / report skeleton for every model (issue #11 item 6).
+"""One evaluate / export / report skeleton for every model.
 
 Each model supplies ``Outputs``: its metrics, its exported arrays, its figures and its summary lines,
 each computed from its driver restored at the run's newest checkpoint (``engine.runs.restored``). The

@@ -1,4 +1,4 @@
-"""What the two topic models' runs share in their outputs (SPEC 3.5-3.6, 4): held-out scores of every
+"""What the two topic models' runs share in their outputs: held-out scores of every
 held-out document, topics as word lists and weights, and their figures and summary lines."""
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from buffet.pipeline.reports import plots
 
 
 def evaluate(driver: TopicDriver, run: RunStore) -> dict:
-    """Held-out per-word log likelihood over every document of the stored split (SPEC 4)."""
+    """Held-out per-word log likelihood over every document of the stored split (paper 002, Sec. 11.6)."""
     config = driver.config
     return {"n_topics": config.n_topics, "mode": config.mode, "docs_seen": driver.state.docs_seen,
             "heldout_docs": int(len(driver.corpus.held_out)),

@@ -1,4 +1,4 @@
-"""What a VFMF/TVIMF run gives a user (SPEC 3.8, 4): the bound, the features used, held-out error or AUC,
+"""What a VFMF/TVIMF run gives a user: the bound, the features used, held-out error or AUC,
 exports and plots, from the best restart. Defines the ``vfmf`` and ``tvimf`` models'
 ``ModelSpec`` (``pipeline.registry``).
 """
