@@ -41,9 +41,15 @@ html_theme = "furo"
 html_title = f"buffet {release}"
 html_static_path: list[str] = []
 
+# MathJax 2 from jupyter-server-mathjax, copied into the built site's _static folder (a relative mathjax_path
+# resolves there); that copy has the "-full" configuration and the STIX-Web fonts only. MyST-NB marks page
+# bodies for MathJax to skip, so the classes Sphinx gives equations are listed to be processed.
 MATHJAX_DIR = "_mathjax"
-mathjax_path = f"{MATHJAX_DIR}/MathJax.js?config=TeX-AMS-MML_HTMLorMML"
-mathjax2_config = {"tex2jax": {"inlineMath": [["\\(", "\\)"]], "displayMath": [["\\[", "\\]"]]}}
+mathjax_path = f"{MATHJAX_DIR}/MathJax.js?config=TeX-AMS-MML_HTMLorMML-full"
+mathjax2_config = {
+    "tex2jax": {"inlineMath": [["\\(", "\\)"]], "displayMath": [["\\[", "\\]"]], "processClass": "math|output_area"},
+    "HTML-CSS": {"availableFonts": ["STIX-Web"], "webFont": "STIX-Web", "imageFont": None},
+}
 
 
 def copy_mathjax(app, exception) -> None:
@@ -52,7 +58,7 @@ def copy_mathjax(app, exception) -> None:
         return
     import jupyter_server_mathjax
 
-    target = Path(app.outdir) / MATHJAX_DIR
+    target = Path(app.outdir) / "_static" / MATHJAX_DIR
     if not (target / "MathJax.js").exists():
         shutil.copytree(Path(jupyter_server_mathjax.__file__).parent / "static", target, dirs_exist_ok=True)
 
