@@ -39,6 +39,7 @@ from buffet.pipeline.engine.runs import config_from, fit_run, resume_run, run_so
 from buffet.pipeline.engine.runstore import RunStore, encode_arrays
 from buffet.pipeline.engine.settings import option_help
 from buffet.pipeline.registry import MODELS, models, run_experiment, spec_for
+from buffet.pipeline.reports.html import write_page
 from buffet.pipeline.reports.outputs import evaluate_run, export_run, report_run
 
 FLAG_ALIASES = {"n_topics": ["--k"]}
@@ -179,10 +180,13 @@ def _run_parsers(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--out", required=True, metavar="FILE",
                    help="the .npz file to write (one array per parameter and per traced quantity; a path or a URL)")
 
-    p = sub.add_parser("report", help="PNG plots and a summary of a run")
+    p = sub.add_parser("report", help="PNG plots and a summary of a run, and with --html one page of both")
     p.add_argument("run", help="run folder to plot and summarise, of any model")
     p.add_argument("--out", required=True, metavar="FOLDER",
                    help="folder for the PNG plots and summary.md, created if missing")
+    p.add_argument("--html", action="store_true",
+                   help="also write report.html there: the plots, summary and the run's configuration on one "
+                        "self-contained page (images embedded, no network needed to view it)")
 
 
 def _job_parsers(sub: argparse._SubParsersAction) -> None:
@@ -348,7 +352,10 @@ def cmd_export(args: argparse.Namespace) -> None:
 
 
 def cmd_report(args: argparse.Namespace) -> None:
-    files = report_run(RunStore(args.run), ProcessEngine(), Path(args.out))
+    run = RunStore(args.run)
+    files = report_run(run, ProcessEngine(), Path(args.out))
+    if args.html:
+        files.append(write_page(run, files, Path(args.out) / "report.html"))
     print("\n".join(str(f) for f in files))
 
 

@@ -65,21 +65,27 @@ def _features_trace(trace: list[dict], path: Path) -> Path:
     return plots.save_figure(fig, path)
 
 
-def _binary_matrices(U: np.ndarray, V: np.ndarray, path: Path) -> Path:
-    """The last sample's U (I x K+) and V (J x L+) side by side."""
-    fig, axes = plots.new_figure(1, 2, figsize=(8, 5))
-    for ax, Z, name in zip(axes, (U, V), ("U", "V")):
+def _binary_matrices(U: np.ndarray, W: np.ndarray, V: np.ndarray, path: Path) -> Path:
+    """The last sample's U (I x K+), W (K+ x L+, on a colour scale symmetric about 0) and V (J x L+) side by side."""
+    fig, axes = plots.new_figure(1, 3, figsize=(11, 5))
+    for ax, Z, name in ((axes[0], U, "U"), (axes[2], V, "V")):
         ax.imshow(Z, aspect="auto", cmap="Greys", interpolation="nearest")
         ax.set_title(f"{name} ({Z.shape[0]} x {Z.shape[1]})")
         ax.set_xlabel("feature")
         ax.set_ylabel("row" if name == "U" else "column")
+    bound = float(np.abs(W).max(initial=0.0)) or 1.0
+    shown = axes[1].imshow(W, aspect="auto", cmap="RdBu_r", vmin=-bound, vmax=bound, interpolation="nearest")
+    fig.colorbar(shown, ax=axes[1])
+    axes[1].set_title(f"W ({W.shape[0]} x {W.shape[1]})")
+    axes[1].set_xlabel("feature of V")
+    axes[1].set_ylabel("feature of U")
     return plots.save_figure(fig, path)
 
 
 def figures(driver: BMFDriver, run: RunStore, trace: list[dict], out_dir: Path) -> list[Path]:
-    """K+ and L+ over the sweeps, and the last U and V (the log joint is in the common trace figure)."""
+    """K+ and L+ over the sweeps, and the last U, W and V (the log joint is in the common trace figure)."""
     return [_features_trace(trace, out_dir / "trace_features.png"),
-            _binary_matrices(driver.full("u"), driver.full("v"), out_dir / "features.png")]
+            _binary_matrices(driver.full("u"), driver.state.W, driver.full("v"), out_dir / "features.png")]
 
 
 def summary(driver: BMFDriver, run: RunStore, trace: list[dict]) -> list[str]:
