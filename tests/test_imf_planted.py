@@ -1,7 +1,7 @@
 """IMF and INMF find planted structure: on planted linear-Gaussian data with 5000 rows the
 default search (growth candidates plus the ICA restart, ``models.imf``) ends at the true K+ with E[Z] agreeing
 with the true Z on >= 99% of the entries after matching features. Two fixed draws per model here; the ten-draw
-count is ``benchmarks/imf_planted_recovery.py`` (benchmarks/README.md)."""
+count is ``benchmarks/imf_planted_recovery.py`` (its figures: docs/performance.md, 'IMF and INMF at size')."""
 
 import numpy as np
 import pytest

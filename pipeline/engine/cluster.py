@@ -19,7 +19,7 @@ from buffet.pipeline.engine.messages import logger
 
 # Dask starts workers with MALLOC_TRIM_THRESHOLD_=65536, so every freed temporary above 64 KiB
 # goes back to the system and page-faults on its next use; block kernels allocate such arrays
-# per task, which measured 10-20% slower (benchmarks/README.md). 256 MiB keeps them mapped.
+# per task, which measured 10-20% slower. 256 MiB keeps them mapped.
 WORKER_MALLOC_TRIM_THRESHOLD = str(256 << 20)
 
 # How the embedded LocalCluster runs block tasks: "processes" are single-threaded worker

@@ -113,7 +113,7 @@ class ParticleConfig:
 @dataclass
 class LGParticleConfig(ParticleConfig):
     """Collapsed linear-Gaussian filter (paper 001 Alg. 2); the proposals are ``kernels.pf_proposals``'
-    (the comparison on the figure-3 images is in benchmarks/README.md)."""
+    (the comparison on the figure-3 images is in docs/performance.md, 'Samplers')."""
 
     sigma_x: float = option(1.0, "Noise standard deviation sigma_X of X = Z A + noise, in the data's units (> 0), "
                                  "held fixed. Set it to the noise level of the data; too small invents features.")
