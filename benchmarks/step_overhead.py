@@ -5,7 +5,7 @@ A step is what a batch fit does every iteration: a local step over 2 blocks of p
 global, kept as the new state, and a reduction of the blocks' statistics brought to the client. The blocks
 are 3-element arrays, so the arithmetic is nothing. Prints one JSON line per executor: the median, 10th and
 90th percentile milliseconds per step over ``--steps`` steps after ``--warm-up`` steps, and the same for the
-in-process executor for comparison.
+in-process executor and for the step written as plain Dask futures on the same cluster (``floor_times``).
 
     python benchmarks/step_overhead.py [--steps 300] [--warm-up 30]
 """
@@ -47,6 +47,26 @@ def step_times(engine: Engine, steps: int, warm_up: int) -> list[float]:
     return times
 
 
+def add_stats(a: dict, b: dict) -> dict:
+    return {key: a[key] + b[key] for key in a}
+
+
+def floor_times(client, steps: int, warm_up: int) -> list[float]:
+    """The same step as plain futures, with no engine: each block's local step, its statistics, their sum
+    brought back. What Dask itself costs for the step's chain of three dependent tasks, the floor an
+    engine on it can approach."""
+    state = client.scatter([np.zeros(3), np.ones(3)])
+    times = []
+    for i in range(warm_up + steps):
+        started = time.perf_counter()
+        state = client.map(local_step, state, [0.5] * len(state), pure=False)
+        stats = client.map(block_stats, state, pure=False)
+        client.submit(add_stats, *stats, pure=False).result()
+        if i >= warm_up:
+            times.append(1000 * (time.perf_counter() - started))
+    return times
+
+
 def summary(name: str, times: list[float]) -> dict:
     q10, q50, q90 = np.percentile(times, [10, 50, 90])
     return {"executor": name, "steps": len(times), "median_ms": round(float(q50), 2), "p10_ms": round(float(q10), 2),
@@ -64,6 +84,8 @@ def main() -> None:
         with dask_client(2, dashboard=False, quiet=True, worker_kind=kind) as client:
             print(json.dumps(summary(f"LocalCluster of 2 {kind}",
                                      step_times(engine_on(client), args.steps, args.warm_up))), flush=True)
+            print(json.dumps(summary(f"LocalCluster of 2 {kind}, plain futures (the floor)",
+                                     floor_times(client, args.steps, args.warm_up))), flush=True)
 
 
 if __name__ == "__main__":
