@@ -76,14 +76,14 @@ def test_same_evidence_and_posteriors_on_1_and_2_workers_and_other_chunkings(tmp
     """In process, on 2 Dask workers with the same 16-row chunks (bit for bit: same kernels, sums tree-reduced
     in block order) and on 1 worker with 25-row chunks (the regrouped sums change only rounding, far below the
     stopping and growth decisions, see the test above). Growth to K+ = 3 with 2 candidates per step and the ICA
-    restart: 72 steps at tol 1e-4 (the defaults take 414 steps of ~80 ms on Dask)."""
-    config = IMFConfig(max_k=3, n_candidates=2, tol=1e-4, chunk_rows=16, seed=5, select="none")
+    restart: 44 steps at tol 1e-3 (the defaults take 414 steps of ~80 ms on Dask)."""
+    config = IMFConfig(max_k=3, n_candidates=2, tol=1e-3, chunk_rows=16, seed=5, select="none")
     runs = {name: fit_run("imf", source_of(image_store), tmp_path / name, cfg, engine, quiet=True)
             for name, cfg, engine in (("here", config, ProcessEngine()), ("2", config, engine_on(clients[2])),
                                       ("1", replace(config, chunk_rows=25), engine_on(clients[1])))}
     assert_same(checkpoint(runs["here"]), checkpoint(runs["2"]))
     (ref_arrays, ref_trace), (arrays, trace) = _result(runs["here"]), _result(runs["1"])
-    assert arrays["Z_mean"].shape == (60, 3) and len(trace) == len(ref_trace) == 72
+    assert arrays["Z_mean"].shape == (60, 3) and len(trace) == len(ref_trace) == 44
     np.testing.assert_allclose(trace, ref_trace, rtol=1e-10)
     for key in ("A_mean", "Z_mean", "evidence_by_k"):
         np.testing.assert_allclose(arrays[key], ref_arrays[key], atol=1e-8)
@@ -104,14 +104,14 @@ def test_resumed_imf_run_ends_like_an_uninterrupted_run(tmp_path, image_store):
 
 def test_cli_fit_evaluate_report(tmp_path, image_store, capsys):
     """``buffet fit imf`` in its own interpreter on an embedded cluster (one worker of 2 threads; worker processes
-    are covered by the test above), then evaluate and report through the command line in this process. 2
-    candidates per growth step and tol 1e-4 take 97 steps (the defaults 414) and end at the 4 true images."""
-    buffet("fit", "imf", image_store, "--out", tmp_path / "run", "--select", "none", "--max-k", 6, "--n-candidates", 2,
-           "--tol", 1e-4, "--workers", 2, "--worker-kind", "threads", "--quiet")
+    are covered by the test above), then evaluate and report through the command line in this process. One
+    candidate per growth step and tol 1e-3 take 37 steps (the defaults 414) and end at the 4 true images."""
+    buffet("fit", "imf", image_store, "--out", tmp_path / "run", "--select", "none", "--max-k", 6, "--n-candidates", 1,
+           "--tol", 1e-3, "--workers", 2, "--worker-kind", "threads", "--quiet")
     result = json.loads(run_main(capsys, "evaluate", tmp_path / "run", "--json", "--workers", 1, "--worker-kind",
                                  "threads", "--quiet"))
     assert result["k_plus"] == 4 and result["heldout_entries"] == 216
-    # between the true Z A (0.75; noise sd 0.71) and the featureless column means (0.91); measured 0.833
+    # between the true Z A (0.75; noise sd 0.71) and the featureless column means (0.91); measured 0.809
     assert result["rmse"] < 0.85
     files = run_main(capsys, "report", tmp_path / "run", "--out", tmp_path / "report").split()
     for name in ("evidence_by_k.png", "bases.png", "feature_usage.png"):

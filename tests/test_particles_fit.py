@@ -160,7 +160,7 @@ def test_more_blocks_than_particles_and_bad_settings_are_handled(tmp_path, store
 def test_cli_fit_evaluate_export_report(tmp_path, stores, capsys):
     """``buffet fit`` in its own interpreter on an embedded cluster (a worker process); evaluate, export and
     report through the command line in this process."""
-    buffet("fit", "pf-linear-gaussian", stores["pf-linear-gaussian"], "--out", tmp_path / "run", "--particles", 300,
+    buffet("fit", "pf-linear-gaussian", stores["pf-linear-gaussian"], "--out", tmp_path / "run", "--particles", 100,
            "--sigma-x", 0.5, "--sigma-a", 1.0, "--alpha", 1.0, "--seed", 4, "--workers", 1, "--quiet")
     result = json.loads(run_main(capsys, "evaluate", tmp_path / "run", "--json", "--workers", 1, "--worker-kind",
                                  "threads", "--quiet"))

@@ -111,7 +111,7 @@ def test_cli_fit_evaluate_and_report_show_the_choice(tmp_path):
     x = planted_binary(3)
     store = write(x, tmp_path / "s.zarr", holdout_entries(np.ones(x.shape, bool), 0.2, 3))
 
-    fit = buffet("fit", "inmf", store, "--out", tmp_path / "run", "--max-k", 3, "--n-candidates", 1,
+    fit = buffet("fit", "inmf", store, "--out", tmp_path / "run", "--max-k", 3, "--n-candidates", 1, "--tol", 1e-3,
                  "--validation-folds", 2, "--workers", 1, "--worker-kind", "threads")
     assert "chosen on validation:" in fit.stderr and "validation 4/4:" in fit.stderr
     result = json.loads(buffet("evaluate", tmp_path / "run", "--json", "--workers", 1, "--worker-kind", "threads",

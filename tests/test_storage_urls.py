@@ -198,7 +198,7 @@ def test_imf_fit_with_store_and_run_in_a_bucket_equals_the_local_fit(tmp_path, s
     stores = [from_array(X, where, "real", rows_per_chunk=10) for where in (tmp_path / "x.zarr", s3.url("x.zarr"))]
     for ds in stores:
         add_split(ds, "heldout", {"test_mask": holdout_entries(np.ones(X.shape, bool), 0.1, 0)}, {"kind": "entries"})
-    params = {"select": "none", "max_k": 2, "n_candidates": 1, "chunk_rows": 10, "max_iter": 10, "tol": 1e-3,
+    params = {"select": "none", "max_k": 2, "n_candidates": 1, "chunk_rows": 10, "max_iter": 3, "tol": 1e-3,
               "checkpoint_every": 5}
     scores, arrays = bucket_fit(s3, bucket_cluster, "imf", stores[1].path, *(f"--{k.replace('_', '-')}={v}" for k, v in params.items()))
     expected_scores, expected = local_reference("imf", stores[0].path, str(tmp_path / "run"), **params)

@@ -65,26 +65,26 @@ FAMILIES = {
                         "--eval-every", 1000]),
     "cnmf": ("corpus", ["--mode", "batch", "--max-iter", 10, "--tol", 0, "--k", 3, "--n-dims", 2,
                         "--chunk-rows", 150, "--eval-every", 1000]),
-    "imf": ("images", ["--max-k", 1, "--tol", 1e-4, "--max-iter", 3, "--select", "none", "--chunk-rows", 8]),
-    "inmf": ("images", ["--max-k", 1, "--tol", 1e-4, "--max-iter", 3, "--select", "none", "--chunk-rows", 8]),
+    "imf": ("images", ["--max-k", 1, "--tol", 1e-4, "--max-iter", 2, "--select", "none", "--chunk-rows", 4]),
+    "inmf": ("images", ["--max-k", 1, "--tol", 1e-4, "--max-iter", 2, "--select", "none", "--chunk-rows", 4]),
     "pf-linear-gaussian": ("images", ["--particles", 60, "--sigma-x", 0.5, "--sigma-a", 1.0, "--alpha", 1.0]),
     "gibbs-linear-gaussian": ("images", ["--sweeps", 10, "--sigma-x", 0.5, "--sigma-a", 1.0, "--alpha", 1.0]),
     "bmf": ("bars", ["--sweeps", 10, "--burn-in", 4, "--panel-rows", 16, "--select", "none"]),
-    "vfmf": ("images", ["--truncation", 3, "--restarts", 2, "--max-iter", 5, "--tol", 1e-12, "--chunk-rows", 8]),
-    "tvimf": ("images", ["--truncation", 3, "--restarts", 2, "--max-iter", 5, "--tol", 1e-12, "--chunk-rows", 8]),
+    "vfmf": ("images", ["--truncation", 3, "--restarts", 2, "--max-iter", 5, "--tol", 1e-12, "--chunk-rows", 4]),
+    "tvimf": ("images", ["--truncation", 3, "--restarts", 2, "--max-iter", 5, "--tol", 1e-12, "--chunk-rows", 4]),
     "pf-noisy-or": ("binary", ["--particles", 30, "--blocks", 3, "--alpha", 2.0]),
     "gibbs-noisy-or": ("binary", ["--sweeps", 10, "--chains", 3, "--alpha", 2.0]),
 }
 
 
 def write_stores(folder: Path) -> dict[str, Path]:
-    """A count corpus (300 documents), 24 rows of the four-image data with their true Z, 48 bars images and
+    """A count corpus (300 documents), 12 rows of the four-image data with their true Z, 48 bars images and
     12 rows of noisy-OR data (60 columns)."""
     corpus = bnmf_corpus(300, 60, 4, np.random.default_rng(11), tokens_per_doc=60)
     ds = from_array(corpus.X, folder / "corpus.zarr", "counts", rows_per_chunk=100)
     add_split(ds, "heldout", {"test_rows": holdout_rows(ds.n_rows, 0.1, 0)}, {"kind": "rows"})
-    images = image_data(np.random.default_rng(0), n_rows=24)
-    from_array(images.X, folder / "images.zarr", "real", rows_per_chunk=8)
+    images = image_data(np.random.default_rng(0), n_rows=12)
+    from_array(images.X, folder / "images.zarr", "real", rows_per_chunk=4)
     add_true_z(folder / "images.zarr", images.Z)
     bars = bars_data(48, np.random.default_rng(0), alpha=2.0)
     ds = from_array(bars.X, folder / "bars.zarr", "real", rows_per_chunk=16)
