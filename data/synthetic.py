@@ -1,4 +1,5 @@
-"""Synthetic corpora: drawn from Bayesian NMF itself, or LDA-shaped at any size.
+"""Synthetic corpora: drawn from Bayesian NMF itself, or LDA-shaped at any size, or short documents dealt
+from the tokens of real ones.
 
 ``write_uci_corpus`` streams an LDA-shaped corpus of the New York Times shape of paper 002
 (V = 8000, about 300 tokens per document) to a UCI ``docword`` file in blocks, so a
@@ -63,6 +64,18 @@ def lda_documents(topics: np.ndarray, n_docs: int, rng: np.random.Generator, alp
     word_of = np.minimum(word_of, n_words - 1)
     ones = np.ones(len(doc_of))
     return sp.csr_matrix((ones, (doc_of, word_of)), shape=(n_docs, n_words))
+
+
+def deal_tokens(X: sp.csr_matrix, pieces: int, rng: np.random.Generator) -> sp.csr_matrix:
+    """Short documents from long ones: each row's tokens dealt uniformly at random into ``pieces`` rows
+    (row i becomes rows i * pieces ... i * pieces + pieces - 1; empty rows are dropped)."""
+    C = X.tocoo()
+    parts = rng.multinomial(C.data.astype(np.int64), np.full(pieces, 1.0 / pieces))
+    rows = np.concatenate([C.row * pieces + j for j in range(pieces)])
+    Y = sp.csr_matrix((parts.T.ravel().astype(np.float64), (rows, np.tile(C.col, pieces))),
+                      shape=(X.shape[0] * pieces, X.shape[1]))
+    Y.eliminate_zeros()
+    return Y[np.diff(Y.indptr) > 0]
 
 
 def write_uci_corpus(path: str | os.PathLike, n_docs: int, n_words: int = 8000, n_topics: int = 100,

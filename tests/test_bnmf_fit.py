@@ -3,8 +3,10 @@
 import numpy as np
 import pytest
 import scipy.sparse as sp
+from lda import datasets as lda_datasets
 
 from buffet.data.errors import UserError
+from buffet.data.synthetic import deal_tokens
 from buffet.kernels.bnmf import topic_word
 from buffet.pipeline.estimators import BayesianNMF
 from buffet.pipeline.engine.dataset import source_of
@@ -144,3 +146,17 @@ def test_eval_every_zero_scores_nothing_while_fitting(tmp_path, corpus_store):
     assert "heldout_ll" in checkpoint(scored)[1][-1]  # the store has a split, so the last step is scored
     with pytest.raises(UserError, match="eval_every"):
         BNMFConfig(eval_every=-1).check()
+
+
+def test_more_passes_do_not_score_worse_on_short_real_documents():
+    """Reuters stories (the ``lda`` package) dealt into short documents of about 27 tokens, 79 stories held out.
+    With the paper's topic prior (c0 = 0.05 V) 5 passes scored 0.08-0.10 per word below 1 pass on each of 5
+    such splits; with the default, 0.10-0.12 above. The difference between passes varies by about 0.01 from
+    split to split, so 0.03 is noise and the old behaviour fails by three times that."""
+    X = sp.csr_matrix(lda_datasets.load_reuters()).astype(np.float64)
+    rng = np.random.default_rng(0)
+    order = rng.permutation(X.shape[0])
+    train, test = deal_tokens(X[order[79:]], 8, rng), deal_tokens(X[np.sort(order[:79])], 8, rng)
+    train = train[rng.permutation(train.shape[0])]
+    scores = [BayesianNMF(20, batch_size=200, passes=passes, eval_every=0).fit(train).score(test) for passes in (1, 5)]
+    assert scores[1] >= scores[0] - 0.03
