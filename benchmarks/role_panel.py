@@ -209,7 +209,8 @@ def table(rows: list[dict], half: str) -> str:
     against the best rule on a member."""
     members = sorted({r["member"] for r in rows if half_of(r["member"]) == half})
     names = list(RULES)
-    lines = [f"**{half}**", "", "| member | shape | ones | " + " | ".join(names) + " |", "|---" * (len(names) + 3) + "|"]
+    lines = [f"**{half}**", "", "| member | shape | ones | " + " | ".join(names) + " |",
+             "|---" * (len(names) + 3) + "|"]
     worst = {n: 0.0 for n in names}
     for member in members:
         runs = [r for r in rows if r["member"] == member]
