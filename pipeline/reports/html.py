@@ -15,6 +15,7 @@ import re
 import struct
 from pathlib import Path
 
+from buffet.data.urls import write_bytes
 from buffet.pipeline.engine.runstore import RunStore
 from buffet.pipeline.registry import spec_for
 
@@ -154,8 +155,9 @@ def page(run: RunStore, figures: list[Path], summary: list[str]) -> str:
 
 
 def write_page(run: RunStore, report_files: list[Path], path: Path) -> Path:
-    """Write the page of ``run`` to ``path`` from the files ``report_run`` wrote (its PNGs and summary.md)."""
+    """Write the page of ``run`` to ``path`` from the files ``report_run`` wrote (its PNGs and summary.md), whole
+    or not at all (``data.urls.write_bytes``)."""
     figures = [f for f in report_files if f.suffix == ".png"]
     summary = next(f for f in report_files if f.name == "summary.md").read_text().splitlines()
-    path.write_text(page(run, figures, summary), encoding="utf-8")
+    write_bytes(str(path), page(run, figures, summary).encode("utf-8"))
     return path
