@@ -366,7 +366,7 @@ def _print_topics(run: RunStore) -> None:
         return
     arrays = from_arrays(run.read_checkpoint().globals)  # not the driver: that would read the whole corpus
     g, h = arrays["g"], arrays["h"]
-    words = top_words(g, h, run_source(run).open().strings("vocab"))
+    words = top_words(g, h, run_source(run).open().column_names())
     for k in np.argsort(-topic_mass(g, h))[:20]:
         print(f"topic {k:3d}: {' '.join(words[k])}")
 
