@@ -142,11 +142,13 @@ def ingest_h5ad(path: PathLike, out: PathLike, layer: str | None = None, kind: s
     with handle, StoreWriter(out, overwrite, storage_options) as w:
         matrix = H5adMatrix(path, handle, layer)
         kind = kind or ("counts" if not prep.steps() and matrix.holds_counts() else "real")
+        plan = None
         if kind == "counts":
             shape, layout = _write_counts(w, matrix, rows_per_chunk), "csr"
         else:
-            shape, layout = write_table(w, matrix, rows_per_chunk, prep=prep).shape, "dense"
+            written = write_table(w, matrix, rows_per_chunk, prep=prep)
+            shape, layout, plan = written.shape, "dense", written.plan
         prov = provenance("h5ad", [path], matrix="X" if layer is None else f"layers/{layer}",
-                          encoding=matrix.encoding, dtype=str(matrix.dtype), preprocessing=prep.record(written.plan))
+                          encoding=matrix.encoding, dtype=str(matrix.dtype), preprocessing=prep.record(plan))
         finish_store(w, layout, kind, shape, rows_per_chunk, prov, holdout, seed)
     return Dataset(out, storage_options)
