@@ -4,7 +4,8 @@ the part every table format shares (CSV/TSV, Parquet, h5ad).
 A table is read in batches of rows, possibly more than once (column statistics of the preprocessing
 need a first pass, ``data.table_prep``); each batch is preprocessed and written as it comes, so memory
 holds one batch and the row names. ``--transpose`` spills the table once to a scratch file on disk beside
-the store being written and reads it back a slab of columns at a time.
+the store being written, after the preprocessing, and reads it back a slab of columns at a time; so the
+preprocessing acts on the rows and columns of the file.
 """
 
 from __future__ import annotations
@@ -87,33 +88,45 @@ def transposed(table: Table, scratch_dir: str | None) -> Iterator[ScratchTable]:
             del values
 
 
+class PreparedTable:
+    """A table with the preprocessing applied batch by batch (rows the filters drop are left out)."""
+
+    def __init__(self, table: Table, prep: Preprocessing):
+        """Plan the preprocessing of ``table`` (a first pass when it needs column statistics)."""
+        self.table, self.prep = table, prep
+        self.path, self.columns = table.path, table.columns
+        self.plan = prep.plan(table.batches, table.path)
+
+    def batches(self) -> Iterator[RowBatch]:
+        """The kept rows, preprocessed; none kept at all is an error naming the filters."""
+        self.plan.rows_in = self.plan.rows_kept = 0
+        for batch in self.table.batches():
+            values, keep = self.prep.apply(batch.values, self.plan)
+            yield RowBatch(values, None if batch.names is None else [n for n, k in zip(batch.names, keep) if k])
+        if self.plan.rows_kept == 0:
+            raise InputError(f"{self.path}: no row passes {self.prep.filter_options()}; lower the threshold")
+
+
 def write_table(w: StoreWriter, table: Table, rows_per_chunk: int, transpose: bool = False,
                 prep: Preprocessing | None = None) -> WrittenTable:
-    """Write ``table`` (transposed if asked, preprocessed by ``prep``) as ``X`` and ``mask`` (False where a
-    cell is missing, stored as 0), and its row and column names as ``row_labels`` and ``col_labels``."""
+    """Write ``table``, preprocessed by ``prep`` (on the rows and columns of the file) and then transposed if
+    asked, as ``X`` and ``mask`` (False where a cell is missing, stored as 0), and its row and column names
+    as ``row_labels`` and ``col_labels``."""
+    assert w.group is not None
+    prepared = PreparedTable(table, prep or Preprocessing())
     with contextlib.ExitStack() as stack:
-        if transpose:
-            table = stack.enter_context(transposed(table, w.scratch_dir))
-        prep = prep or Preprocessing()
-        plan = prep.plan(table.batches, table.path)
-        n_cols = len(table.columns) if table.columns is not None else None
+        source: Table = stack.enter_context(transposed(prepared, w.scratch_dir)) if transpose else prepared
         writer: DenseWriter | None = None
         names: list[str] | None = []
-        for batch in table.batches():
-            values, keep = prep.apply(batch.values, plan)
-            writer = writer or DenseWriter(w.group, values.shape[1], rows_per_chunk, with_mask=True)
-            observed = ~np.isnan(values)
-            writer.add_rows(np.where(observed, values, 0.0), observed)
-            names = None if batch.names is None or names is None else \
-                names + [n for n, k in zip(batch.names, keep) if k]
-        if writer is None:
-            raise InputError(f"{table.path}: the table has no rows")
+        for batch in source.batches():
+            writer = writer or DenseWriter(w.group, batch.values.shape[1], rows_per_chunk, with_mask=True)
+            observed = ~np.isnan(batch.values)
+            writer.add_rows(np.where(observed, batch.values, 0.0), observed)
+            names = None if batch.names is None or names is None else names + batch.names
+        assert writer is not None  # every table format refuses a table without rows
         shape = writer.finish()
-        if shape[0] == 0:
-            raise InputError(f"{table.path}: no row passes {prep.filter_options()}; lower the threshold")
-        assert n_cols is None or n_cols == shape[1]
         if names is not None:
             write_strings(w.group, "row_labels", names)
-        if table.columns is not None:
-            write_strings(w.group, "col_labels", table.columns)
-        return WrittenTable(shape, names, table.columns, plan)
+        if source.columns is not None:
+            write_strings(w.group, "col_labels", source.columns)
+        return WrittenTable(shape, names, source.columns, prepared.plan)

@@ -270,9 +270,9 @@ def ingest_table(path: PathLike, out: PathLike, row_names: str | None = None, co
     Row names come from the first column when its cells are not numbers, or from the column ``row_names``
     (``none``: no row names); the other columns, narrowed by ``columns`` and ``drop_columns`` (names or glob
     patterns), hold the values. ``missing`` adds missing-value markers to empty, ``NA`` and ``NaN`` cells.
-    ``transpose`` stores the file's columns as rows. The preprocessing options (``data.table_prep``) are
-    applied in the order floor, ceiling, min_fold, min_range, log, center, scale and recorded in the
-    provenance. Errors name the file, line and column: a cell that is not a number, a ragged row, a repeated
+    The preprocessing options (``data.table_prep``) are applied to the file's rows and columns in the order
+    floor, ceiling, min_fold, min_range, log, center, scale and recorded in the provenance; ``transpose``
+    then stores the file's columns as rows. Errors name the file, line and column: a cell that is not a number, a ragged row, a repeated
     row or column name, an empty table. ``holdout`` stores a ``heldout`` split of observed entries.
     """
     check_options(rows_per_chunk, holdout)

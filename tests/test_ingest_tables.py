@@ -77,9 +77,9 @@ def test_numeric_first_column_and_r_style_header(tmp_path: Path) -> None:
 def test_transpose_swaps_names(tmp_path: Path, monkeypatch) -> None:
     monkeypatch.setattr(tables, "BATCH_CELLS", 4)  # batches of one row: the scratch file gathers them all
     path = tmp_path / "t.txt"
-    path.write_text("probe\tp1\tp2\tp3\nx\t1\t2\t3\ny\t4\t\t6\n")
-    ds = ingest("table", [path], tmp_path / "store", transpose=True, rows_per_chunk=2)
-    values, _ = stored(ds)
+    path.write_text("probe\tp1\tp2\tp3\nx\t1\t2\t3\nflat\t5\t5\t5\ny\t4\t\t6\n")
+    ds = ingest("table", [path], tmp_path / "store", transpose=True, rows_per_chunk=2, min_range=1)
+    values, _ = stored(ds)  # the filter acts on the file's rows (probes), before the transpose
     np.testing.assert_array_equal(values, [[1, 4], [2, np.nan], [3, 6]])
     assert ds.strings("row_labels") == ["p1", "p2", "p3"] and ds.strings("col_labels") == ["x", "y"]
 
