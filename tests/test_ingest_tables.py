@@ -72,6 +72,9 @@ def test_numeric_first_column_and_r_style_header(tmp_path: Path) -> None:
     assert ds.strings("row_labels") == ["r1", "r2"] and ds.strings("col_labels") == ["x", "y"]
     ds = ingest("table", [plain], tmp_path / "named", row_names="a")
     assert ds.strings("row_labels") == ["1", "3"] and ds.strings("col_labels") == ["b"]
+    (tmp_path / "semi.dat").write_text("k;v,w\nr;2.5\n")
+    ds = ingest("table", [tmp_path / "semi.dat"], tmp_path / "semi", delimiter="semicolon")
+    assert ds.strings("row_labels") == ["r"] and ds.strings("col_labels") == ["v,w"] and stored(ds)[0][0, 0] == 2.5
 
 
 def test_transpose_swaps_names(tmp_path: Path, monkeypatch) -> None:
