@@ -52,6 +52,9 @@ class BNMFConfig(TopicModelConfig):
     t0: float = inherited_option(TopicModelConfig, "t0", 10.0)
     max_sweeps: int = option(10, "Training: most local sweeps per document per step (>= 1), if --local-tol is not "
                                  "met first. More sweeps fit early, still random topics harder, which can hurt.")
+    share_tol: float = option(0.0, "Training: also stop a document's local sweeps once fewer than this share of its "
+                                   "tokens change topic in a sweep (0 <= share < 1; 0: only --local-tol and "
+                                   "--max-sweeps stop them). The same measure for short and long documents.")
     eval_max_sweeps: int = option(100, "Evaluation (document completion, transform, score): most local sweeps per "
                                        "document with the topics fixed (>= 1). Raise it if scores still move with it.")
     precision: str = option("float64", "Arithmetic of the local sweeps: 'float64' or 'float32'. float32 is faster "
@@ -63,12 +66,14 @@ class BNMFConfig(TopicModelConfig):
         """Refuse settings that cannot work, naming the setting."""
         super().check()
         require_counts(self, ("max_sweeps", "eval_max_sweeps"))
+        if not 0.0 <= self.share_tol < 1.0:
+            raise UserError(f"share_tol must be in [0, 1), got {self.share_tol}")
         if self.precision not in ("float64", "float32"):
             raise UserError(f"precision must be 'float64' or 'float32', got {self.precision!r}")
 
     def local_settings(self) -> bnmf.LocalSettings:
         """How the training local steps run."""
-        return bnmf.LocalSettings(self.local_tol, self.max_sweeps, self.accelerate)
+        return bnmf.LocalSettings(self.local_tol, self.max_sweeps, self.accelerate, self.share_tol)
 
     def inference_settings(self) -> bnmf.LocalSettings:
         """How documents are fitted with the topics fixed for evaluation and ``transform``."""
