@@ -94,18 +94,23 @@ PANEL = [
     Member("H5", "held-back", "bnmf", 20000, 5000, 50, 200, 0.3, 0.5, 50, 1000, 205),
 ]
 
-# rule name -> BNMFConfig settings; the first three are the old settings a rule is judged against
+# rule name -> BNMFConfig settings (each names all four, so a change of defaults leaves the rules as they
+# were); the first three are the old settings a rule is judged against
 OLD = {
-    "kappa .6, t0 10, 10 sweeps": {"kappa": 0.6, "t0": 10.0, "max_sweeps": 10},
-    "kappa .6, t0 10, 20 sweeps": {"kappa": 0.6, "t0": 10.0, "max_sweeps": 20},
-    "kappa .51, t0 1, 20 sweeps": {"kappa": 0.51, "t0": 1.0, "max_sweeps": 20},
+    "kappa .6, t0 10, 10 sweeps": {"kappa": 0.6, "t0": 10.0, "max_sweeps": 10, "share_tol": 0.0},
+    "kappa .6, t0 10, 20 sweeps": {"kappa": 0.6, "t0": 10.0, "max_sweeps": 20, "share_tol": 0.0},
+    "kappa .51, t0 1, 20 sweeps": {"kappa": 0.51, "t0": 1.0, "max_sweeps": 20, "share_tol": 0.0},
 }
 RULES = {
     **OLD,
     "kappa .6, t0 10, share .01, 30 sweeps": {"kappa": 0.6, "t0": 10.0, "max_sweeps": 30, "share_tol": 0.01},
-    "kappa .51, t0 1, 10 sweeps": {"kappa": 0.51, "t0": 1.0, "max_sweeps": 10},
+    "kappa .51, t0 1, 10 sweeps": {"kappa": 0.51, "t0": 1.0, "max_sweeps": 10, "share_tol": 0.0},
     "kappa .51, t0 1, share .01, 30 sweeps": {"kappa": 0.51, "t0": 1.0, "max_sweeps": 30, "share_tol": 0.01},
     "kappa .51, t0 1, share .02, 30 sweeps": {"kappa": 0.51, "t0": 1.0, "max_sweeps": 30, "share_tol": 0.02},
+    "kappa .6, t0 1, 10 sweeps": {"kappa": 0.6, "t0": 1.0, "max_sweeps": 10, "share_tol": 0.0},
+    "kappa .6, t0 1, share .01, 30 sweeps": {"kappa": 0.6, "t0": 1.0, "max_sweeps": 30, "share_tol": 0.01},
+    "kappa .6, t0 3, share .01, 30 sweeps": {"kappa": 0.6, "t0": 3.0, "max_sweeps": 30, "share_tol": 0.01},
+    "kappa .6, t0 3, 10 sweeps": {"kappa": 0.6, "t0": 3.0, "max_sweeps": 10, "share_tol": 0.0},
 }
 
 
@@ -144,53 +149,78 @@ def run_member(m: Member, seeds: list[int], rules: list[str], out: Path) -> None
                   f"{result['seconds']:6.1f} s", flush=True)
 
 
+def common_seeds(rows: list[dict], member: str) -> set[int]:
+    """The seeds on which every old setting was fitted on ``member``: the ones its rules are compared on."""
+    return set.intersection(*({r["seed"] for r in rows if r["member"] == member and r["rule"] == rule}
+                              for rule in OLD))
+
+
 def means(rows: list[dict], member: str) -> dict[str, dict[str, float]]:
-    """Per rule: the member's mean held-out LL, mean sweeps and mean seconds over its seeds."""
+    """Per rule: the member's mean held-out LL, mean sweeps and mean seconds over the common seeds
+    (``common_seeds``), and how many of them the rule was fitted on."""
+    seeds = common_seeds(rows, member)
     out = {}
     for rule in RULES:
-        runs = [r for r in rows if r["member"] == member and r["rule"] == rule]
+        runs = [r for r in rows if r["member"] == member and r["rule"] == rule and r["seed"] in seeds]
         if runs:
             out[rule] = {key: float(np.mean([r[key] for r in runs])) for key in ("heldout_ll", "mean_sweeps", "seconds")}
             out[rule]["seeds"] = len(runs)
     return out
 
 
-def shortfalls(rows: list[dict], member: str) -> dict[str, float]:
-    """Per rule: per cent of held-out LL below the member's best old setting (negative: above it)."""
-    m = means(rows, member)
-    best = max(m[r]["heldout_ll"] for r in OLD if r in m)
-    return {rule: 100.0 * (best - v["heldout_ll"]) / abs(best) for rule, v in m.items()}
+def shortfalls(mem: dict[str, dict[str, float]]) -> dict[str, float]:
+    """Per rule of a member's ``means``: per cent of held-out LL below the member's best old setting
+    (negative: above it)."""
+    best = max(mem[r]["heldout_ll"] for r in OLD)
+    return {rule: 100.0 * (best - v["heldout_ll"]) / abs(best) for rule, v in mem.items()}
 
 
 def table(rows: list[dict], half: str) -> str:
     """Per member of ``half``: each rule's held-out LL / mean sweeps / seconds and shortfall against the
     member's best old setting; then each rule's worst shortfall and its largest ratio of sweeps to today's."""
     panel = {m.name: m for m in PANEL}
-    members = [m.name for m in PANEL if m.half == half and any(r["member"] == m.name for r in rows)]
-    rules = [r for r in RULES if any(x["rule"] == r for x in rows)]
+    members = [m.name for m in PANEL if m.half == half and common_seeds(rows, m.name)]
+    rules = [r for r in RULES if any(x["rule"] == r and x["member"] in members for x in rows)]
     lines = [f"**{half}**", "", "| member | shape | " + " | ".join(rules) + " |", "|---" * (len(rules) + 2) + "|"]
     worst = {r: -np.inf for r in rules}
     sweeps_ratio = {r: 0.0 for r in rules}
+    ratios: dict[str, list[float]] = {r: [] for r in rules}
     today = next(iter(OLD))
     for name in members:
         m, mem = panel[name], means(rows, name)
-        short = shortfalls(rows, name)
+        short = shortfalls(mem)
+        seeds = mem[today]["seeds"]
         cells = []
         for r in rules:
             if r not in mem:
                 cells.append("")
                 continue
             worst[r] = max(worst[r], short[r])
-            sweeps_ratio[r] = max(sweeps_ratio[r], mem[r]["mean_sweeps"] / mem[today]["mean_sweeps"])
-            cells.append(f"{mem[r]['heldout_ll']:.4f} ({short[r]:+.2f}%) / {mem[r]['mean_sweeps']:.1f} sw / "
+            ratios[r].append(mem[r]["mean_sweeps"] / mem[today]["mean_sweeps"])
+            sweeps_ratio[r] = max(ratios[r])
+            fewer = "" if mem[r]["seeds"] == seeds else f" ({mem[r]['seeds']} seed)"
+            cells.append(f"{mem[r]['heldout_ll']:.4f} ({short[r]:+.2f}%){fewer} / {mem[r]['mean_sweeps']:.1f} sw / "
                          f"{mem[r]['seconds']:.0f} s")
-        seeds = mem[today]["seeds"]
         shape = (f"{m.kind} D {m.docs // 1000}k, V {m.words}, {m.length:g} tok, {m.topics} true, eta {m.eta:g}, "
                  f"K {m.k}, batch {m.batch} ({seeds} seeds)")
         lines.append(f"| {name} | {shape} | " + " | ".join(cells) + " |")
-    lines.append("| worst shortfall | | " + " | ".join(f"{worst[r]:+.2f}%" for r in rules) + " |")
+    partial = {r: "" if len(ratios[r]) == len(members) else f" ({len(ratios[r])} of {len(members)})" for r in rules}
+    lines.append("| worst shortfall | | " + " | ".join(f"{worst[r]:+.2f}%{partial[r]}" for r in rules) + " |")
     lines.append("| most sweeps vs today's | | " + " | ".join(f"{sweeps_ratio[r]:.2f}x" for r in rules) + " |")
+    lines.append("| mean sweeps vs today's | | " + " | ".join(f"{np.mean(ratios[r]):.2f}x" for r in rules) + " |")
     return "\n".join(lines)
+
+
+def choice(rows: list[dict]) -> str:
+    """The rule with the smallest worst shortfall on the tuning half, among the rules fitted on all its members."""
+    members = [m.name for m in PANEL if m.half == "tuning" and common_seeds(rows, m.name)]
+    worst: dict[str, float] = {}
+    for name in members:
+        short = shortfalls(means(rows, name))
+        for rule in RULES:
+            worst[rule] = max(worst.get(rule, -np.inf), short.get(rule, np.inf))
+    rule = min(worst, key=worst.get)
+    return f"Chosen on the tuning half ({len(members)} members): {rule} (worst shortfall {worst[rule]:+.2f}%)"
 
 
 def main() -> None:
@@ -208,6 +238,7 @@ def main() -> None:
         rows = [json.loads(line) for line in args.results.read_text().splitlines()]
         print("\n\n".join(table(rows, h) for h in ("tuning", "held-back") if any(
             r["member"] in {m.name for m in PANEL if m.half == h} for r in rows)))
+        print("\n" + choice(rows))
         return
     panel = {m.name: m for m in PANEL}
     for name in args.members:
