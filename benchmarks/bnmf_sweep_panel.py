@@ -15,9 +15,11 @@ the topics fixed by ``BNMFConfig.inference_settings``, which no rule changes), t
 document over the pass, and the pass's wall seconds. The rules of one seed run one after another, so
 their wall times are measured alternately under the same load. ``table`` prints, per half, every member's
 mean over seeds under every rule, each rule's shortfall against the member's best old setting (per cent
-of that member's held-out LL), and the worst case per rule.
+of that member's held-out LL), and the worst case per rule, then the rule with the smallest worst case on
+the tuning half (``choice``). To add a member, append it to ``PANEL`` and run ``scores --members`` it: its
+records join the others' and ``table`` reads them all.
 
-    OPENBLAS_NUM_THREADS=1 python benchmarks/bnmf_sweep_panel.py scores --out sweeps.jsonl [--members T1 H1] [--seeds 0 1]
+    OPENBLAS_NUM_THREADS=1 python benchmarks/bnmf_sweep_panel.py scores --out sweeps.jsonl [--members T1] [--seeds 0 1]
     python benchmarks/bnmf_sweep_panel.py table sweeps.jsonl
 """
 
@@ -163,7 +165,8 @@ def means(rows: list[dict], member: str) -> dict[str, dict[str, float]]:
     for rule in RULES:
         runs = [r for r in rows if r["member"] == member and r["rule"] == rule and r["seed"] in seeds]
         if runs:
-            out[rule] = {key: float(np.mean([r[key] for r in runs])) for key in ("heldout_ll", "mean_sweeps", "seconds")}
+            out[rule] = {key: float(np.mean([r[key] for r in runs]))
+                         for key in ("heldout_ll", "mean_sweeps", "seconds")}
             out[rule]["seeds"] = len(runs)
     return out
 
