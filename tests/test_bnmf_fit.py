@@ -7,6 +7,7 @@ from lda import datasets as lda_datasets
 
 from buffet.data.errors import UserError
 from buffet.data.synthetic import deal_tokens
+from buffet.kernels import bnmf
 from buffet.kernels.bnmf import topic_word
 from buffet.pipeline.estimators import BayesianNMF
 from buffet.pipeline.engine.dataset import source_of
@@ -132,6 +133,9 @@ def test_params_round_trip_and_bad_settings_are_refused():
         model.set_params(kappa=0.3).fit(np.ones((2, 3)))
     with pytest.raises(UserError, match="n_topics"):
         BayesianNMF(n_topics=0).fit(np.ones((2, 3)))
+    for share in (-0.1, 1.0):  # a share of the tokens: 1 would stop every document after one sweep
+        with pytest.raises(UserError, match="share_tol"):
+            BayesianNMF(share_tol=share).fit(np.ones((2, 3)))
     with pytest.raises(UserError, match="not fitted"):
         BayesianNMF().transform(np.ones((2, 3)))
 
@@ -160,3 +164,11 @@ def test_more_passes_do_not_score_worse_on_short_real_documents():
     train = train[rng.permutation(train.shape[0])]
     scores = [BayesianNMF(20, batch_size=200, passes=passes, eval_every=0).fit(train).score(test) for passes in (1, 5)]
     assert scores[1] >= scores[0] - 0.03
+
+
+def test_share_tolerance_stops_training_sweeps_not_scoring():
+    """``share_tol`` shortens the training local steps; held-out scoring and ``transform`` keep fitting documents
+    to ``local_tol`` or ``eval_max_sweeps``, so scores of different training settings stay comparable."""
+    config = BNMFConfig(share_tol=0.05, max_sweeps=12)
+    assert config.local_settings() == bnmf.LocalSettings(config.local_tol, 12, False, 0.05)
+    assert config.inference_settings() == bnmf.LocalSettings(config.local_tol, config.eval_max_sweeps, False, 0.0)

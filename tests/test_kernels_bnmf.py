@@ -33,9 +33,10 @@ def _squarem_reference(x0, x1, x2, floor):
     return np.where(out <= floor, x2, out)
 
 
-def _per_document_reference(X, view, hyper, tol, max_sweeps, accelerate=False):
+def _per_document_reference(X, view, hyper, tol, max_sweeps, accelerate=False, share_tol=0.0):
     """The local step written as a plain loop over documents (no grouping, no padding); with
-    ``accelerate`` every third sweep starts from the SQUAREM point of the two before."""
+    ``accelerate`` every third sweep starts from the SQUAREM point of the two before; a document
+    also stops once less than ``share_tol`` of its tokens change topic (half the total change)."""
     n_docs, n_topics = X.shape[0], view.exp_elog_beta.shape[1]
     rate = hyper.b0 + view.beta_sum
     A = np.zeros((n_docs, n_topics))
@@ -53,7 +54,8 @@ def _per_document_reference(X, view, hyper, tol, max_sweeps, accelerate=False):
             t = np.exp(digamma(a)) / rate
             phi = B @ t
             a_new = hyper.a0 + t * (B.T @ (x / phi))
-            if np.abs(a_new - a).mean() < tol:
+            change = np.abs(a_new - a)
+            if change.mean() < tol or change.sum() / 2 < share_tol * x.sum():
                 a = a_new
                 break
             history = [a, a_new] if sweep % 3 == 1 else history
@@ -80,6 +82,36 @@ def test_vectorised_local_step_equals_per_document_loop(max_sweeps, accelerate):
     assert res.sweeps.max() <= max_sweeps
     # a_d = a0 + sum_v X_dv p^(vd): the statistics and the shapes come from the same p
     np.testing.assert_allclose(res.S.sum(), (res.a - hyper.a0).sum(), rtol=1e-10)
+
+
+def test_share_tolerance_stops_each_document_when_few_of_its_tokens_move():
+    """With an absolute tolerance no document meets, ``share_tol`` alone stops the documents, each at the first
+    sweep where less than that share of its tokens changes topic (as the per-document loop says), long ones
+    no later than they would stop by the share alone and sooner than by the cap."""
+    X, rng = _corpus(seed=3, n_docs=50, n_words=60, n_topics=6)
+    X = sp.vstack([X, 20 * X[:10]]).tocsr()  # long documents too: the same words, 20 times the counts
+    hyper, g, h = _globals(X, 6, rng)
+    view = bnmf.TopicView.from_params(g, h)
+    settings = bnmf.LocalSettings(0.0, 300, share_tol=0.01)
+    res = bnmf.local_step(X.indptr, X.indices, X.data, view, hyper, settings)
+    A, S = _per_document_reference(X, view, hyper, tol=0.0, max_sweeps=300, share_tol=0.01)
+    np.testing.assert_allclose(res.a, A, rtol=0, atol=1e-10)
+    np.testing.assert_allclose(res.S, S, rtol=0, atol=1e-10)
+    capped = bnmf.local_step(X.indptr, X.indices, X.data, view, hyper, bnmf.LocalSettings(0.0, 300))
+    has_words = np.diff(X.indptr) > 0
+    assert (capped.sweeps[has_words] == 300).all() and res.sweeps[has_words].max() < 60
+    # each document stopped at the first sweep where fewer than 1% of its tokens moved: one sweep fewer
+    # leaves a document that moved at least that share in its last sweep
+    n_tokens = np.asarray(X.sum(axis=1)).ravel()
+    for d in np.flatnonzero(has_words & (res.sweeps > 1))[:12]:
+        row = X[d]
+        before = bnmf.local_step(row.indptr, row.indices, row.data, view, hyper,
+                                 bnmf.LocalSettings(0.0, int(res.sweeps[d]) - 2)).a[0] if res.sweeps[d] > 2 else \
+            bnmf.initial_shapes(row.indptr, row.data, 6, hyper)[0]
+        last = bnmf.local_step(row.indptr, row.indices, row.data, view, hyper,
+                               bnmf.LocalSettings(0.0, int(res.sweeps[d]) - 1)).a[0]
+        assert np.abs(last - before).sum() / 2 >= 0.01 * n_tokens[d]
+        assert np.abs(res.a[d] - last).sum() / 2 < 0.01 * n_tokens[d]
 
 
 def test_accelerated_sweeps_reach_a_fixed_point_in_fewer_sweeps():

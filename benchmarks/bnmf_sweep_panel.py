@@ -1,0 +1,252 @@
+"""Bayesian NMF's local-step stopping rule and SVI schedule on a panel of generated corpora, judged by the worst case.
+
+The panel: generated corpora of different shapes (document length, vocabulary V, true topics and fitted K,
+sparsity of the true topics, documents per minibatch and so steps per pass). ``PANEL`` lists every member's
+shape, size and seed; its ``half`` says whether a member tunes the rule ("tuning") or only checks it
+("held-back"). LDA members draw topics from a symmetric Dirichlet(eta) over V words (smaller eta: sparser
+topics) and documents from Dirichlet(alpha) topic weights with Poisson(length) tokens
+(``data.synthetic.lda_documents``); BNMF members are drawn from Bayesian NMF itself with Gamma(eta) topic
+weights per word (``data.synthetic.bnmf_corpus``). Each member holds out ``HELD_OUT`` documents.
+
+``scores`` fits every rule of ``RULES`` once per member and seed (the seed of the fit: initial topics and
+minibatch order; the corpus is the member's), one SVI pass in this process, and records the held-out
+per-word log likelihood by threefold document completion (the same token split for every rule; scored with
+the topics fixed by ``BNMFConfig.inference_settings``, which no rule changes), the mean local sweeps per
+document over the pass, and the pass's wall seconds. The rules of one seed run one after another, so
+their wall times are measured alternately under the same load. ``table`` prints, per half, every member's
+mean over seeds under every rule, each rule's shortfall against the member's best old setting (per cent
+of that member's held-out LL), and the worst case per rule, then the rule with the smallest worst case on
+the tuning half (``choice``). To add a member, append it to ``PANEL`` and run ``scores --members`` it: its
+records join the others' and ``table`` reads them all.
+
+    OPENBLAS_NUM_THREADS=1 python benchmarks/bnmf_sweep_panel.py scores --out sweeps.jsonl [--members T1] [--seeds 0 1]
+    python benchmarks/bnmf_sweep_panel.py table sweeps.jsonl
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import scipy.sparse as sp
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from common import machine
+
+from buffet.data.synthetic import bnmf_corpus, lda_documents, lda_topics
+from buffet.kernels import bnmf
+from buffet.pipeline.engine.process_executor import ProcessEngine
+from buffet.pipeline.estimators.inputs import COUNTS, source_for
+from buffet.pipeline.models.bnmf import BNMFConfig
+from buffet.pipeline.reports.bnmf import make_driver
+
+HELD_OUT = 2000  # documents held out per member
+THIRDS_SEED = 7  # the token split of the held-out documents, the same for every rule
+
+
+@dataclass(frozen=True)
+class Member:
+    """A generated corpus: ``docs`` training documents of about ``length`` tokens over ``words`` words from
+    ``topics`` true topics of sparsity ``eta``, ``alpha`` the documents' topic concentration ("lda") or
+    Gamma shape ("bnmf"); fitted with ``k`` topics, ``batch`` documents per minibatch, drawn from ``seed``."""
+
+    name: str
+    half: str
+    kind: str
+    docs: int
+    words: int
+    topics: int
+    length: float
+    eta: float
+    alpha: float
+    k: int
+    batch: int
+    seed: int
+
+    def corpus(self) -> tuple[sp.csr_matrix, sp.csr_matrix]:
+        """(training documents, held-out documents); documents without tokens are dropped."""
+        rng = np.random.default_rng(self.seed)
+        n = self.docs + HELD_OUT
+        if self.kind == "lda":
+            X = sp.csr_matrix(lda_documents(lda_topics(self.words, self.topics, rng, self.eta), n, rng,
+                                            self.alpha, self.length))
+        else:
+            X = bnmf_corpus(n, self.words, self.topics, rng, topic_shape=self.eta, doc_shape=self.alpha,
+                            tokens_per_doc=self.length).X
+        X = X[np.diff(X.indptr) > 0]
+        return X[:-HELD_OUT], X[-HELD_OUT:]
+
+
+PANEL = [
+    Member("T1", "tuning", "lda", 20000, 2000, 20, 50, 0.05, 0.1, 20, 1000, 101),
+    Member("T2", "tuning", "lda", 20000, 5000, 50, 150, 0.01, 0.05, 50, 500, 102),
+    Member("T3", "tuning", "lda", 10000, 8000, 100, 300, 0.05, 0.01, 100, 1000, 103),
+    Member("T4", "tuning", "lda", 30000, 20000, 50, 100, 0.1, 0.1, 50, 2000, 104),
+    Member("T5", "tuning", "bnmf", 15000, 3000, 30, 80, 0.1, 0.5, 30, 500, 105),
+    Member("H1", "held-back", "lda", 50000, 8000, 100, 300, 0.05, 0.01, 100, 1000, 201),
+    Member("H2", "held-back", "lda", 20000, 3000, 20, 30, 0.02, 0.1, 20, 1000, 202),
+    Member("H3", "held-back", "lda", 15000, 10000, 50, 500, 0.05, 0.05, 50, 500, 203),
+    Member("H4", "held-back", "lda", 20000, 15000, 50, 150, 0.2, 0.02, 100, 1000, 204),
+    Member("H5", "held-back", "bnmf", 20000, 5000, 50, 200, 0.3, 0.5, 50, 1000, 205),
+]
+
+# rule name -> BNMFConfig settings (each names all four, so a change of defaults leaves the rules as they
+# were); the first three are the old settings a rule is judged against
+OLD = {
+    "kappa .6, t0 10, 10 sweeps": {"kappa": 0.6, "t0": 10.0, "max_sweeps": 10, "share_tol": 0.0},
+    "kappa .6, t0 10, 20 sweeps": {"kappa": 0.6, "t0": 10.0, "max_sweeps": 20, "share_tol": 0.0},
+    "kappa .51, t0 1, 20 sweeps": {"kappa": 0.51, "t0": 1.0, "max_sweeps": 20, "share_tol": 0.0},
+}
+RULES = {
+    **OLD,
+    "kappa .6, t0 10, share .01, 30 sweeps": {"kappa": 0.6, "t0": 10.0, "max_sweeps": 30, "share_tol": 0.01},
+    "kappa .51, t0 1, 10 sweeps": {"kappa": 0.51, "t0": 1.0, "max_sweeps": 10, "share_tol": 0.0},
+    "kappa .51, t0 1, share .01, 30 sweeps": {"kappa": 0.51, "t0": 1.0, "max_sweeps": 30, "share_tol": 0.01},
+    "kappa .51, t0 1, share .02, 30 sweeps": {"kappa": 0.51, "t0": 1.0, "max_sweeps": 30, "share_tol": 0.02},
+    "kappa .6, t0 1, 10 sweeps": {"kappa": 0.6, "t0": 1.0, "max_sweeps": 10, "share_tol": 0.0},
+    "kappa .6, t0 1, share .01, 30 sweeps": {"kappa": 0.6, "t0": 1.0, "max_sweeps": 30, "share_tol": 0.01},
+    "kappa .6, t0 3, share .01, 30 sweeps": {"kappa": 0.6, "t0": 3.0, "max_sweeps": 30, "share_tol": 0.01},
+    "kappa .6, t0 3, 10 sweeps": {"kappa": 0.6, "t0": 3.0, "max_sweeps": 10, "share_tol": 0.0},
+}
+
+
+def fit_and_score(m: Member, train: sp.csr_matrix, test: sp.csr_matrix, settings: dict, seed: int) -> dict:
+    """One SVI pass under ``settings`` in this process: held-out per-word LL, mean sweeps per document, seconds."""
+    config = BNMFConfig(n_topics=m.k, batch_size=m.batch, passes=1, seed=seed, eval_every=0, chunk_rows=m.batch,
+                        **settings)
+    driver = make_driver(config, source_for(train, None, COUNTS), ProcessEngine())
+    driver.eval_rows = None
+    driver.start()
+    started = time.perf_counter()
+    trace = [driver.step(s) for s in range(driver.total_steps())]
+    seconds = time.perf_counter() - started
+    g, h = driver.state.g, driver.state.h
+    ll, tokens = bnmf.threefold_completion(test.indptr, test.indices, test.data, bnmf.TopicView.from_params(g, h),
+                                           g / h, config.hyper(train.shape[1]), config.inference_settings(),
+                                           np.random.default_rng(THIRDS_SEED))
+    return {"heldout_ll": ll / tokens, "mean_sweeps": float(np.mean([r["mean_sweeps"] for r in trace])),
+            "seconds": round(seconds, 2), "steps": len(trace)}
+
+
+def run_member(m: Member, seeds: list[int], rules: list[str], out: Path) -> None:
+    train, test = m.corpus()
+    shape = {"train_docs": train.shape[0], "words": train.shape[1],
+             "tokens_per_doc": float(train.sum() / train.shape[0]), "distinct_per_doc": train.nnz / train.shape[0]}
+    host = {"host": platform.node(), **machine()}
+    for seed in seeds:
+        for rule in rules:
+            result = fit_and_score(m, train, test, RULES[rule], seed)
+            record = {"time": time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime()), "bench": "bnmf_sweep_panel",
+                      "member": m.name, "seed": seed, "rule": rule, "settings": RULES[rule], **result, **shape,
+                      "machine": host}
+            with out.open("a") as f:
+                f.write(json.dumps(record) + "\n")
+            print(m.name, seed, f"{rule:40s} {result['heldout_ll']:.4f} {result['mean_sweeps']:5.2f} sweeps "
+                  f"{result['seconds']:6.1f} s", flush=True)
+
+
+def common_seeds(rows: list[dict], member: str) -> set[int]:
+    """The seeds on which every old setting was fitted on ``member``: the ones its rules are compared on."""
+    return set.intersection(*({r["seed"] for r in rows if r["member"] == member and r["rule"] == rule}
+                              for rule in OLD))
+
+
+def means(rows: list[dict], member: str) -> dict[str, dict[str, float]]:
+    """Per rule: the member's mean held-out LL, mean sweeps and mean seconds over the common seeds
+    (``common_seeds``), and how many of them the rule was fitted on."""
+    seeds = common_seeds(rows, member)
+    out = {}
+    for rule in RULES:
+        runs = [r for r in rows if r["member"] == member and r["rule"] == rule and r["seed"] in seeds]
+        if runs:
+            out[rule] = {key: float(np.mean([r[key] for r in runs]))
+                         for key in ("heldout_ll", "mean_sweeps", "seconds")}
+            out[rule]["seeds"] = len(runs)
+    return out
+
+
+def shortfalls(mem: dict[str, dict[str, float]]) -> dict[str, float]:
+    """Per rule of a member's ``means``: per cent of held-out LL below the member's best old setting
+    (negative: above it)."""
+    best = max(mem[r]["heldout_ll"] for r in OLD)
+    return {rule: 100.0 * (best - v["heldout_ll"]) / abs(best) for rule, v in mem.items()}
+
+
+def table(rows: list[dict], half: str) -> str:
+    """Per member of ``half``: each rule's held-out LL / mean sweeps / seconds and shortfall against the
+    member's best old setting; then each rule's worst shortfall and its largest ratio of sweeps to today's."""
+    panel = {m.name: m for m in PANEL}
+    members = [m.name for m in PANEL if m.half == half and common_seeds(rows, m.name)]
+    rules = [r for r in RULES if any(x["rule"] == r and x["member"] in members for x in rows)]
+    lines = [f"**{half}**", "", "| member | shape | " + " | ".join(rules) + " |", "|---" * (len(rules) + 2) + "|"]
+    worst = {r: -np.inf for r in rules}
+    sweeps_ratio = {r: 0.0 for r in rules}
+    ratios: dict[str, list[float]] = {r: [] for r in rules}
+    today = next(iter(OLD))
+    for name in members:
+        m, mem = panel[name], means(rows, name)
+        short = shortfalls(mem)
+        seeds = mem[today]["seeds"]
+        cells = []
+        for r in rules:
+            if r not in mem:
+                cells.append("")
+                continue
+            worst[r] = max(worst[r], short[r])
+            ratios[r].append(mem[r]["mean_sweeps"] / mem[today]["mean_sweeps"])
+            sweeps_ratio[r] = max(ratios[r])
+            fewer = "" if mem[r]["seeds"] == seeds else f" ({mem[r]['seeds']} seed)"
+            cells.append(f"{mem[r]['heldout_ll']:.4f} ({short[r]:+.2f}%){fewer} / {mem[r]['mean_sweeps']:.1f} sw / "
+                         f"{mem[r]['seconds']:.0f} s")
+        shape = (f"{m.kind} D {m.docs // 1000}k, V {m.words}, {m.length:g} tok, {m.topics} true, eta {m.eta:g}, "
+                 f"K {m.k}, batch {m.batch} ({seeds} seeds)")
+        lines.append(f"| {name} | {shape} | " + " | ".join(cells) + " |")
+    partial = {r: "" if len(ratios[r]) == len(members) else f" ({len(ratios[r])} of {len(members)})" for r in rules}
+    lines.append("| worst shortfall | | " + " | ".join(f"{worst[r]:+.2f}%{partial[r]}" for r in rules) + " |")
+    lines.append("| most sweeps vs today's | | " + " | ".join(f"{sweeps_ratio[r]:.2f}x" for r in rules) + " |")
+    lines.append("| mean sweeps vs today's | | " + " | ".join(f"{np.mean(ratios[r]):.2f}x" for r in rules) + " |")
+    return "\n".join(lines)
+
+
+def choice(rows: list[dict]) -> str:
+    """The rule with the smallest worst shortfall on the tuning half, among the rules fitted on all its members."""
+    members = [m.name for m in PANEL if m.half == "tuning" and common_seeds(rows, m.name)]
+    worst: dict[str, float] = {}
+    for name in members:
+        short = shortfalls(means(rows, name))
+        for rule in RULES:
+            worst[rule] = max(worst.get(rule, -np.inf), short.get(rule, np.inf))
+    rule = min(worst, key=worst.get)
+    return f"Chosen on the tuning half ({len(members)} members): {rule} (worst shortfall {worst[rule]:+.2f}%)"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+    run = sub.add_parser("scores")
+    run.add_argument("--out", type=Path, required=True)
+    run.add_argument("--members", nargs="+", default=[m.name for m in PANEL])
+    run.add_argument("--seeds", nargs="+", type=int, default=[0, 1])
+    run.add_argument("--rules", nargs="+", default=list(RULES), choices=list(RULES))
+    show = sub.add_parser("table")
+    show.add_argument("results", type=Path)
+    args = parser.parse_args()
+    if args.command == "table":
+        rows = [json.loads(line) for line in args.results.read_text().splitlines()]
+        print("\n\n".join(table(rows, h) for h in ("tuning", "held-back") if any(
+            r["member"] in {m.name for m in PANEL if m.half == h} for r in rows)))
+        print("\n" + choice(rows))
+        return
+    panel = {m.name: m for m in PANEL}
+    for name in args.members:
+        run_member(panel[name], args.seeds, args.rules, args.out)
+
+
+if __name__ == "__main__":
+    main()
