@@ -72,8 +72,8 @@ class Settings:
         if quick:
             return cls(genes=400, sweeps=40, svd_ks=tuple(range(1, 9)), imf_max_k=4, imf_max_iter=50, v_sweeps=40,
                        cv_repeats=5)
-        return cls(genes=None, sweeps=200, svd_ks=tuple(range(1, 13)), imf_max_k=8, imf_max_iter=100,
-                   v_sweeps=200, cv_repeats=20)
+        return cls(genes=None, sweeps=150, svd_ks=tuple(range(1, 11)), imf_max_k=6, imf_max_iter=60,
+                   v_sweeps=100, cv_repeats=20)
 
     @classmethod
     def tiny(cls) -> "Settings":
@@ -246,7 +246,10 @@ def longest_run(on: np.ndarray) -> tuple[int, int]:
     return best
 
 
-def outlined_blocks(U: np.ndarray, V: np.ndarray, W: np.ndarray, count: int) -> list[tuple[int, int, int, int, int, int]]:
+Block = tuple[int, int, int, int, int, int]  # feature pair (k, l) and its block's rows r0:r1, columns c0:c1
+
+
+def outlined_blocks(U: np.ndarray, V: np.ndarray, W: np.ndarray, count: int) -> list[Block]:
     """The largest contiguous block (rows r0:r1, columns c0:c1) of the ``count`` feature pairs (k, l) that add
     the most to the reconstruction there (|W_kl| x block area): (k, l, r0, r1, c0, c1), in sorted
     coordinates."""
@@ -271,8 +274,8 @@ def figure5(x: np.ndarray, U: np.ndarray, V: np.ndarray, W: np.ndarray, path: Pa
     Us, Vs, Ws = U[rows][:, kf], V[cols][:, lf], W[np.ix_(kf, lf)]
     panels = {"A  data X": x[np.ix_(rows, cols)], "B  expected U W V^T": Us @ Ws @ Vs.T}
     limit = float(np.percentile(np.abs(x), 99))
-    fig, axes = new_figure(2, 4, figsize=(13, 8), squeeze=False)
-    fig.clear()
+    fig, _ = new_figure(figsize=(13, 8))
+    fig.clear()  # laid out on a grid of unequal cells instead
     widths = [8, max(Us.shape[1], 1) / 4 + 0.5] * 2
     grid = fig.add_gridspec(2, 4, width_ratios=widths, height_ratios=[6, max(Vs.shape[1], 1) / 4 + 0.5])
     colours = ["#ffd400", "#00d4ff", "#ff00c8", "#00ff6a", "#ff7a00", "#ffffff"]
@@ -329,7 +332,7 @@ def run_with(out_dir: Path, seeds: int, settings: Settings) -> list[Path]:
         first = first or split
         for method, k, value in split.rows:
             records.append((seed, method, k, value))
-            print(f"split {seed}: {method:28s} K={k:3d} RMSE={value:.4f}", flush=True)
+            print(f"split {seed}: {method:28s} K={k:3d} RMSE={value:.4f} ({split.seconds[method]:.1f} s)", flush=True)
         for method, value in split.seconds.items():
             seconds[method] = seconds.get(method, 0.0) + value
     methods = list(dict.fromkeys(r[1] for r in records))
