@@ -6,11 +6,13 @@ import inspect
 from typing import Any, Callable
 
 from buffet.data.errors import InputError
+from buffet.data.h5ad import ingest_h5ad
 from buffet.data.ldac import ingest_ldac
 from buffet.data.mtx import ingest_mtx
 from buffet.data.pairs import ingest_pairs
 from buffet.data.ratings import ingest_dense_ratings, ingest_ratings
 from buffet.data.store import Dataset
+from buffet.data.tables import ingest_table
 from buffet.data.textblocks import PathLike
 from buffet.data.uci import ingest_uci
 
@@ -22,16 +24,18 @@ FORMATS: dict[str, tuple[Callable[..., Dataset], tuple[str, ...], tuple[str, ...
     "ratings": (ingest_ratings, ("RATINGS",), ()),
     "dense-ratings": (ingest_dense_ratings, ("TABLE",), ()),
     "pairs": (ingest_pairs, ("PAIRS",), ()),
+    "table": (ingest_table, ("TABLE",), ()),
+    "h5ad": (ingest_h5ad, ("H5AD",), ()),
 }
 
 
 def ingest(fmt: str, sources: list[PathLike], out: PathLike, **options: Any) -> Dataset:
     """Ingest ``sources`` in format ``fmt`` into a dataset store at ``out``.
 
-    ``fmt`` is one of uci, ldac, mtx, ratings, dense-ratings, pairs; for uci and ldac a second
-    source is the vocabulary. ``options`` are the keyword options of the format's function
+    ``fmt`` is one of uci, ldac, mtx, ratings, dense-ratings, pairs, table, h5ad; for uci and ldac
+    a second source is the vocabulary. ``options`` are the keyword options of the format's function
     (holdout, seed, rows_per_chunk, overwrite, block_bytes, and transpose, sentinel,
-    first_column_count or kind where they apply). An option left unset (None, or False for a
+    first_column_count, kind, the table options or the preprocessing options where they apply). An option left unset (None, or False for a
     flag) is ignored; one that does not apply to the format is an ``InputError``.
     """
     if fmt not in FORMATS:

@@ -226,6 +226,10 @@ class Dataset:
         """A stored string array (``vocab``, ``row_labels``, ``col_labels``) or None."""
         return [str(s) for s in self._array(name).read()] if name in self.group else None
 
+    def column_names(self) -> list[str] | None:
+        """What the columns are called: the vocabulary of a corpus, else the column labels of a table, or None."""
+        return self.strings("vocab") or self.strings("col_labels")
+
     def read_rows(self, r0: int, r1: int) -> CSRRows | DenseRows:
         """Rows [r0, r1): two slices of the nnz arrays for CSR, one row slab for dense."""
         if self.layout == "csr":

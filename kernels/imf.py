@@ -155,19 +155,15 @@ def sweep_rows(nu: np.ndarray, b: np.ndarray, g: np.ndarray, prior_logit: np.nda
 def swap_gains(nu: np.ndarray, b: np.ndarray, g: np.ndarray, prior_logit: np.ndarray, eta_x: float) -> np.ndarray:
     """(n, K, K): entry [i, k, l] is the change of L from exchanging nu_ik and nu_il (row i's terms of L; the
     entropy of q(z_i) is unchanged). L's part of row i is nu_i . (logit + eta_X b_i) - (eta_X / 2)(nu_i G nu_i^T
-    + sum_r G_rr (nu_ir - nu_ir^2)); the exchange adds e = delta (e_k - e_l), delta = nu_il - nu_ik."""
-    delta = nu[:, None, :] - nu[:, :, None]
-    linear = prior_logit + eta_x * b
+    + sum_r G_rr (nu_ir - nu_ir^2)); the exchange adds e = delta (e_k - e_l), delta = nu_il - nu_ik. With G
+    symmetric the change collects into delta (c_k - c_l + eta_X delta G_kl), where
+    c_k = logit_k + eta_X (b_ik - (G nu_i)_k - G_kk (1 - 2 nu_ik) / 2) is the same for every pair."""
     g_nu = nu @ g if g.ndim == 2 else np.einsum("nr,nrk->nk", nu, g)
     diag = np.diagonal(g, axis1=-2, axis2=-1)
-    if diag.ndim == 1:
-        diag = np.broadcast_to(diag, nu.shape)
-    g_kk, g_ll = diag[:, :, None], diag[:, None, :]
+    c = prior_logit + eta_x * (b - g_nu - 0.5 * diag * (1.0 - 2.0 * nu))
+    delta = nu[:, None, :] - nu[:, :, None]
     g_kl = g if g.ndim == 3 else g[None, :, :]
-    quadratic = (2.0 * delta * (g_nu[:, :, None] - g_nu[:, None, :]) + delta ** 2 * (g_kk + g_ll - 2.0 * g_kl)
-                 + g_kk * (delta - 2.0 * nu[:, :, None] * delta - delta ** 2)
-                 + g_ll * (-delta + 2.0 * nu[:, None, :] * delta - delta ** 2))
-    return delta * (linear[:, :, None] - linear[:, None, :]) - 0.5 * eta_x * quadratic
+    return delta * (c[:, :, None] - c[:, None, :] + eta_x * delta * g_kl)
 
 
 def swap_rows(nu: np.ndarray, b: np.ndarray, g: np.ndarray, prior_logit: np.ndarray, eta_x: float,

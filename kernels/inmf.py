@@ -30,6 +30,7 @@ from .imf import Hyper, Post, Stats
 
 LOG_2 = float(np.log(2.0))
 SQRT_2_OVER_PI = float(np.sqrt(2.0 / np.pi))
+SITE_KEYS = ("m", "V", "tau", "rho", "lns")  # what an EP site update changes
 
 
 @dataclass(frozen=True)
@@ -70,18 +71,20 @@ def log_tilted_mass(m_c: np.ndarray, v_c: np.ndarray, eta_a: float, log_phi: np.
     return LOG_2 - 0.5 * (imf.LOG_2PI + np.log(variance) + m_c * m_c / variance) + log_phi
 
 
-def add_to_site(m: np.ndarray, v: np.ndarray, k: int, d_tau: np.ndarray,
-                d_rho: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """q(a_j) after adding (d_tau_j, d_rho_j) to site (k, j) of every column j: Sherman-Morrison,
-    V' = V - g V_k V_k^T with g = d_tau / (1 + d_tau V_kk), m' = V' (P m + d_rho e_k), O(K^2) per column."""
-    v_k = v[:, :, k]
-    gain = d_tau / (1.0 + d_tau * v[:, k, k])
-    v_new = v - gain[:, None, None] * v_k[:, :, None] * v_k[:, None, :]
-    return m - (gain * m[:, k])[:, None] * v_k + d_rho[:, None] * v_new[:, :, k], v_new
+def add_to_site(m: np.ndarray, v: np.ndarray, k: int, d_tau: np.ndarray, d_rho: np.ndarray) -> None:
+    """q(a_j) after adding (d_tau_j, d_rho_j) to site (k, j) of every column j, written into ``m`` and ``v``:
+    Sherman-Morrison, V' = V - g V_k V_k^T with g = d_tau / (1 + d_tau V_kk), m' = V' (P m + d_rho e_k),
+    O(K^2) per column."""
+    v_k = v[:, :, k].copy()
+    gain = d_tau / (1.0 + d_tau * v_k[:, k])
+    v -= (gain[:, None] * v_k)[:, :, None] * v_k[:, None, :]
+    m -= (gain * m[:, k])[:, None] * v_k
+    m += d_rho[:, None] * v[:, :, k]
 
 
-def site_update(post: Post, k: int, eta_a: float, damping: float) -> Post:
-    """EP update of the sites (k, j) for all columns j at once (paper 000, eqs. (15)-(20), in marginal form).
+def update_site(post: Post, k: int, eta_a: float, damping: float) -> None:
+    """EP update of the sites (k, j) for all columns j at once (paper 000, eqs. (15)-(20), in marginal form),
+    written into ``post``'s arrays (``site_update`` leaves its argument alone).
 
     1. cavity marginal N(m_c, v_c) of a_kj: q's marginal with the site divided out (rank-one downdate);
     2. tilted moments of N(a; m_c, v_c) N(a; 0, 1/eta_A) I(a >= 0) via ``truncnorm_moments``;
@@ -107,12 +110,17 @@ def site_update(post: Post, k: int, eta_a: float, damping: float) -> Post:
         d_tau, d_rho = np.where(accept, d_tau, 0.0), np.where(accept, d_rho, 0.0)
         new_lns = (log_tilted_mass(m_c, v_c, eta_a, log_phi)
                    - log_gauss_site_mass(m_c, v_c, tau + d_tau, rho + d_rho))
-    m, v = add_to_site(post["m"], post["V"], k, d_tau, d_rho)
-    out = {key: post[key].copy() for key in ("tau", "rho", "lns")}
-    out["tau"][:, k] += d_tau
-    out["rho"][:, k] += d_rho
-    out["lns"][:, k] = np.where(accept, new_lns, post["lns"][:, k])
-    return {**post, "m": m, "V": v, **out}
+    add_to_site(post["m"], post["V"], k, d_tau, d_rho)
+    post["lns"][:, k] = np.where(accept, new_lns, post["lns"][:, k])
+    tau += d_tau
+    rho += d_rho
+
+
+def site_update(post: Post, k: int, eta_a: float, damping: float) -> Post:
+    """A copy of ``post`` with the sites (k, j) of every column j updated (``update_site``)."""
+    out = {**post, **{key: post[key].copy() for key in SITE_KEYS}}
+    update_site(out, k, eta_a, damping)
+    return out
 
 
 def update_a(stats: Stats, post: Post, hyper: InmfHyper) -> Post:
@@ -123,10 +131,10 @@ def update_a(stats: Stats, post: Post, hyper: InmfHyper) -> Post:
     tau = post["tau"]
     prior_precision = tau[:, :, None] * np.eye(tau.shape[1])
     m, v = imf.gaussian_columns(prior_precision, post["rho"], stats, eta_x)
-    post = {**post, "m": m, "V": v}
+    post = {**post, "m": m, "V": v, **{key: post[key].copy() for key in ("tau", "rho", "lns")}}
     for _ in range(hyper.ep_sweeps):
         for k in range(tau.shape[1]):
-            post = site_update(post, k, eta_a, hyper.damping)
+            update_site(post, k, eta_a, hyper.damping)
     return post
 
 

@@ -44,7 +44,11 @@ from buffet.pipeline.reports.outputs import evaluate_run, export_run, report_run
 
 FLAG_ALIASES = {"n_topics": ["--k"]}
 TOPIC_MODELS = ("bnmf", "cnmf")  # models whose runs hold q(beta) as g, h
-INGEST_FORMATS = ("uci", "ldac", "mtx", "ratings", "dense-ratings", "pairs")
+INGEST_FORMATS = ("uci", "ldac", "mtx", "ratings", "dense-ratings", "pairs", "table", "h5ad")
+# the options of `buffet ingest` passed to the format's function (``data.ingest_text.ingest``) when given
+INGEST_OPTIONS = ("holdout", "seed", "rows_per_chunk", "transpose", "sentinel", "kind", "first_column_count",
+                  "overwrite", "row_names", "columns", "drop_columns", "missing", "delimiter", "layer", "floor",
+                  "ceiling", "min_fold", "min_range", "log", "center", "scale")
 FORCE_HELP = ("take the run over even while another buffet command holds it; without this such a run is refused "
               f"(a killed command's hold expires {DEFAULT_LIFETIME:.0f} s, or {LIFETIME_VARIABLE}, after its last "
               "heartbeat)")
@@ -113,8 +117,10 @@ def _ingest_parser(sub: argparse._SubParsersAction) -> None:
                                    "chunk by chunk; bad input is refused with the file and line.")
     p.add_argument("format", choices=INGEST_FORMATS,
                    help="input format: uci (UCI docword), ldac (LDA-C), mtx (Matrix Market), ratings "
-                        "(user,item,rating lines), dense-ratings (a user x item table, the Jester layout) or "
-                        "pairs (user permission lines, 1-based)")
+                        "(user,item,rating lines), dense-ratings (a user x item table, the Jester layout), "
+                        "pairs (user permission lines, 1-based), table (a CSV/TSV, plain or gzip, or Parquet "
+                        "table with a header row of column names and row names in a column) or h5ad (an "
+                        "AnnData file's X or a layer)")
     p.add_argument("sources", nargs="+", metavar="SOURCE",
                    help="the data file (.gz allowed), then for uci and ldac optionally the vocabulary file, "
                         "one word per line")
@@ -130,7 +136,8 @@ def _ingest_parser(sub: argparse._SubParsersAction) -> None:
                         f"keep each read small (default: {DEFAULT_ROWS_PER_CHUNK})")
     p.add_argument("--transpose", action="store_true",
                    help="pairs: make the second id of each line the rows (e.g. permissions as rows, as in the "
-                        "role-mining experiments)")
+                        "role-mining experiments); table: store the file's columns as rows (e.g. samples as rows "
+                        "of a genes x samples file)")
     p.add_argument("--sentinel", type=float, default=None,
                    help="dense-ratings: the value that marks an unrated entry, NaN allowed (default: 99, as in "
                         "Jester files)")
@@ -138,8 +145,47 @@ def _ingest_parser(sub: argparse._SubParsersAction) -> None:
                    help="dense-ratings: the first column counts each row's rated items (real Jester files); it "
                         "is checked and dropped")
     p.add_argument("--kind", default=None,
-                   help="mtx: store the values as real, binary or counts (default: from the file's field)")
+                   help="mtx: store the values as real, binary or counts (default: from the file's field); h5ad: "
+                        "real or counts (default: counts when every value is a non-negative whole number and no "
+                        "preprocessing option is given)")
+    _table_args(p)
     p.add_argument("--overwrite", action="store_true", help="replace an existing store at --out")
+
+
+def _table_args(p: argparse.ArgumentParser) -> None:
+    """The options of ``buffet ingest table`` and ``buffet ingest h5ad``: columns and preprocessing."""
+    p.add_argument("--row-names", default=None, metavar="COLUMN",
+                   help="table: the column holding the row names, or none for no row names (default: the first "
+                        "column when its cells are not numbers)")
+    p.add_argument("--columns", action="append", default=None, metavar="PATTERN",
+                   help="table: a value column to keep, by name or glob pattern such as 'sample_*'; repeat for "
+                        "more (default: every column but the row names)")
+    p.add_argument("--drop-columns", action="append", default=None, metavar="PATTERN",
+                   help="table: a column to leave out, by name or glob pattern, e.g. 'call*' for the call, "
+                        "call.1, ... columns of the Golub expression files; repeat for more")
+    p.add_argument("--missing", action="append", default=None, metavar="VALUE",
+                   help="table: a cell text that marks a missing value, besides empty, NA and NaN cells (a "
+                        "number also matches cells equal to it, e.g. -999 matches -999.0); repeat for more; "
+                        "missing cells are stored masked")
+    p.add_argument("--delimiter", default=None, metavar="CHAR",
+                   help="table: the delimiter of a text table, one character or tab, comma, semicolon, space "
+                        "(default: from the extension, comma for .csv, tab for .tsv, .tab and .txt)")
+    p.add_argument("--layer", default=None, metavar="NAME", help="h5ad: ingest this layer instead of X")
+    p.add_argument("--floor", type=float, default=None, metavar="VALUE",
+                   help="table, h5ad: raise values below VALUE to VALUE (preprocessing step 1 of 7)")
+    p.add_argument("--ceiling", type=float, default=None, metavar="VALUE",
+                   help="table, h5ad: lower values above VALUE to VALUE (step 2)")
+    p.add_argument("--min-fold", type=float, default=None, metavar="VALUE",
+                   help="table, h5ad: keep only the rows whose max/min is above VALUE (step 3)")
+    p.add_argument("--min-range", type=float, default=None, metavar="VALUE",
+                   help="table, h5ad: keep only the rows whose max - min is above VALUE (step 4)")
+    p.add_argument("--log", choices=("2", "10", "e"), default=None,
+                   help="table, h5ad: take logarithms to this base (step 5)")
+    p.add_argument("--center", choices=("rows", "columns"), default=None,
+                   help="table, h5ad: subtract each row's or each column's mean (step 6)")
+    p.add_argument("--scale", choices=("rows", "columns"), default=None,
+                   help="table, h5ad: divide each row or each column by its standard deviation (step 7); the "
+                        "steps run in this order and are recorded in the store's provenance")
 
 
 def _fit_parser(sub: argparse._SubParsersAction, model: str | None = None) -> None:
@@ -320,7 +366,7 @@ def _print_topics(run: RunStore) -> None:
         return
     arrays = from_arrays(run.read_checkpoint().globals)  # not the driver: that would read the whole corpus
     g, h = arrays["g"], arrays["h"]
-    words = top_words(g, h, run_source(run).open().strings("vocab"))
+    words = top_words(g, h, run_source(run).open().column_names())
     for k in np.argsort(-topic_mass(g, h))[:20]:
         print(f"topic {k:3d}: {' '.join(words[k])}")
 
@@ -372,11 +418,7 @@ def cmd_info(args: argparse.Namespace) -> None:
 def cmd_ingest(args: argparse.Namespace) -> None:
     from buffet.data.ingest_text import ingest
 
-    options = {k: v for k, v in (("holdout", args.holdout), ("seed", args.seed),
-                                 ("rows_per_chunk", args.rows_per_chunk), ("transpose", args.transpose or None),
-                                 ("sentinel", args.sentinel), ("kind", args.kind),
-                                 ("first_column_count", args.first_column_count or None),
-                                 ("overwrite", args.overwrite or None)) if v is not None}
+    options = {name: getattr(args, name) for name in INGEST_OPTIONS}
     ds = ingest(args.format, args.sources, args.out, **options)
     print(json.dumps(ds.describe(), indent=1))
 

@@ -13,6 +13,7 @@ from buffet.data.bmf_data import bars_data
 from buffet.data.errors import UserError
 from buffet.data.splits import add_split
 from buffet.data.store import Dataset
+from buffet.pipeline.engine.blas import single_threaded_blas
 from buffet.pipeline.engine.dataset import ArrayRows, source_of
 from buffet.pipeline.engine.executor_choice import engine_on
 from buffet.pipeline.engine.process_executor import ProcessEngine
@@ -32,14 +33,16 @@ def _fit(model_store, out, config, engine, **options):
 
 
 def _samples(config, X, mask, burn=100):
-    """(U, V) after each sweep past ``burn`` of the driver on an in-memory matrix."""
+    """(U, V) after each sweep past ``burn`` of the driver on an in-memory matrix, under the one-thread BLAS a
+    command holds for all its work (else every block task would set and restore the limit)."""
     driver = BMFDriver(config, source_of(ArrayRows(X, mask)), ProcessEngine())
-    driver.start()
     out = []
-    for s in range(config.sweeps):
-        driver.step(s)
-        if s >= burn:
-            out.append((driver.full("u"), driver.full("v")))
+    with single_threaded_blas():
+        driver.start()
+        for s in range(config.sweeps):
+            driver.step(s)
+            if s >= burn:
+                out.append((driver.full("u"), driver.full("v")))
     return out
 
 

@@ -121,7 +121,7 @@ def corpus_from_source(data: str | ArrayRows | Source, split: str | None, model:
         held = np.asarray(src.split(split).get("test_rows", held), dtype=np.int64)
     if src.n_rows - len(held) < 1:
         raise UserError("no training documents left after the held-out split")
-    vocab = src.strings("vocab") if source.url is not None else None
+    vocab = src.column_names() if source.url is not None else None
     return Corpus(source, src.n_rows, src.n_cols, held, src.total(), vocab)
 
 

@@ -4,7 +4,8 @@ Each model supplies ``Outputs``: its metrics, its exported arrays, its figures a
 each computed from its driver restored at the run's newest checkpoint (``engine.runs.restored``). The
 skeleton adds what every run has: the run, its model and status, the steps and the seconds (cumulative
 across resumes) of its trace, the settings chosen on validation if any, the trace as arrays
-(``trace_step``, ``trace_seconds`` and the model's own keys), a plot of the trace's model-specific
+(``trace_step``, ``trace_seconds`` and the model's own keys), the dataset's row and column names in the export
+when its store has them (``row_labels``, ``col_labels``: a table's or an h5ad file's names), a plot of the trace's model-specific
 quantities against the step, and the summary's header.
 """
 
@@ -18,7 +19,7 @@ import numpy as np
 
 from buffet.pipeline.engine.engine import Engine
 from buffet.pipeline.engine.loop import Position
-from buffet.pipeline.engine.runs import restored
+from buffet.pipeline.engine.runs import restored, run_source
 from buffet.pipeline.engine.runstore import RunStore
 from buffet.pipeline.registry import spec_for
 from buffet.pipeline.reports import plots, selection
@@ -61,10 +62,20 @@ def trace_arrays(trace: list[dict]) -> dict[str, np.ndarray]:
     return {f"trace_{k}": np.array([float(r.get(k, np.nan)) for r in trace]) for k in keys}
 
 
+def data_names(run: RunStore) -> dict[str, np.ndarray]:
+    """The row and column names of the run's dataset store (``row_labels``, ``col_labels``) that it holds."""
+    source = run_source(run)
+    if source.url is None:
+        return {}
+    store = source.open()
+    return {name: np.asarray(names) for name in ("row_labels", "col_labels")
+            if (names := store.strings(name)) is not None}
+
+
 def export_run(run: RunStore, engine: Engine) -> dict[str, np.ndarray]:
-    """The model's arrays and the trace."""
+    """The model's arrays, the dataset's names and the trace."""
     driver, position, outputs = _restore(run, engine)
-    return {**outputs.export(driver, run), **trace_arrays(position.trace)}
+    return {**outputs.export(driver, run), **data_names(run), **trace_arrays(position.trace)}
 
 
 def report_run(run: RunStore, engine: Engine, out_dir: Path) -> list[Path]:
