@@ -329,7 +329,7 @@ def run_with(out_dir: Path, seeds: int, settings: Settings) -> list[Path]:
     records, seconds, first = [], {}, None
     for seed in range(seeds):
         split = held_out_split(table, settings, seed, work)
-        first = first or split
+        first = split if first is None else first
         for method, k, value in split.rows:
             records.append((seed, method, k, value))
             print(f"split {seed}: {method:28s} K={k:3d} RMSE={value:.4f} ({split.seconds[method]:.1f} s)", flush=True)
