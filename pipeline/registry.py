@@ -92,6 +92,7 @@ EXPERIMENTS: dict[str, ExperimentEntry] = {
     "ibp-speed": ExperimentEntry("buffet.pipeline.experiments.particles", "ibp_speed"),
     "bmf-bars": ExperimentEntry("buffet.pipeline.experiments.bmf", "run_bars"),
     "bmf-digits": ExperimentEntry("buffet.pipeline.experiments.bmf", "run_digits"),
+    "bmf-genes": ExperimentEntry("buffet.pipeline.experiments.bmf_genes", "run"),
 }
 
 

@@ -37,12 +37,13 @@ HALF = SIDE * SIDE // 2  # pixels of the top half (row-major images)
 SHOWN = 8                # images shown in a figure
 
 
-def fit_bmf(x: np.ndarray, missing: np.ndarray, kind: str, config: BMFConfig, path: Path) -> BMFDriver:
-    """A finished BMF driver on ``x`` with the ``missing`` entries as the held-out split."""
+def fit_bmf(x: np.ndarray, missing: np.ndarray, kind: str, config: BMFConfig,
+            path: Path) -> tuple[BMFDriver, list[dict]]:
+    """A finished BMF driver on ``x`` with the ``missing`` entries as the held-out split, and its trace (one
+    record per sweep)."""
     driver = BMFDriver(config, source_of(write_store(x, None, missing, path, kind, 64)), ProcessEngine())
     driver.start()
-    run_loop(driver, None, Position(), config.checkpoint_every, quiet=True)
-    return driver
+    return driver, run_loop(driver, None, Position(), config.checkpoint_every, quiet=True).trace
 
 
 def nearest_bottom(x: np.ndarray, missing: np.ndarray) -> np.ndarray:
@@ -84,7 +85,7 @@ def run_bars(out_dir: Path, seeds: int, quick: bool) -> list[Path]:
     for seed in range(seeds):
         data = bars_data(n_images, np.random.default_rng(seed), alpha=2.0)
         config = BMFConfig(sweeps=sweeps, burn_in=sweeps // 2, alpha=2.0, lam=4.0, panel_rows=50, seed=seed)
-        driver = fit_bmf(data.X, data.missing, "real", config, out_dir / "work" / f"bars-{seed}.zarr")
+        driver, _ = fit_bmf(data.X, data.missing, "real", config, out_dir / "work" / f"bars-{seed}.zarr")
         pred = driver.predictive_mean()
         cut = data.missing.any(axis=1)
         truth = data.clean[cut][:, HALF:]
@@ -132,7 +133,7 @@ def run_digits(out_dir: Path, seeds: int, quick: bool) -> list[Path]:
         missing[np.ix_(rng.choice(x.shape[0], size=16, replace=False), np.arange(HALF, SIDE * SIDE))] = True
         config = BMFConfig(likelihood="logistic", sweeps=sweeps, burn_in=sweeps // 2, alpha=2.0, lam=2.0,
                            panel_rows=100, seed=seed)
-        driver = fit_bmf(x, missing, "binary", config, out_dir / "work" / f"digits-{seed}.zarr")
+        driver, _ = fit_bmf(x, missing, "binary", config, out_dir / "work" / f"digits-{seed}.zarr")
         mean = driver.predictive_mean()
         cut = missing.any(axis=1)
         truth, nearest = x[cut][:, HALF:], nearest_bottom(x, missing)
