@@ -22,7 +22,7 @@ place: after t steps g and the topic sums agree with the eager update's to about
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -60,13 +60,15 @@ class LazyTopics:
     """q(beta) with the shapes decayed lazily (module docstring): g = P E + prior (1 - P), h the row ``rate``.
 
     ``E`` (V x K) is owned and changed in place by ``update``. ``prior`` (c0/V) is recorded by the first
-    update; while P is 1 it plays no part."""
+    update; while P is 1 it plays no part. After ``mark`` every update records the rows of E it overwrites,
+    so ``Mark.restore`` goes back at the cost of those rows instead of a V x K copy."""
 
     E: np.ndarray
     rate: np.ndarray       # (K,) h_k, the same for every word
     P: float = 1.0
     prior: float = 0.0
     column_sums: np.ndarray | None = None  # (K,) sum_v E_vk
+    journal: list | None = field(default=None, repr=False)  # (words or None for all, their old rows of E)
 
     def __post_init__(self) -> None:
         if self.column_sums is None:
@@ -97,15 +99,56 @@ class LazyTopics:
         other word are zero), in place: O(len(words) x K) unless P is rescaled."""
         self.prior = hyper.c0 / hyper.n_words
         P = self.P * (1.0 - rho)
-        if P < RESCALE_BELOW:  # fold P into E: g = P E + prior (1 - P) = (P E + prior (1 - P)) + prior (1 - 1)
-            self.E *= P
-            self.E += self.prior * (1.0 - P)
-            self.column_sums = self.E.sum(axis=0)
+        if P < RESCALE_BELOW:
+            self.P = P
+            self.fold()
             P = 1.0
         self.P = P
         step = np.multiply(S, rho * scale / P)
+        if self.journal is not None:
+            self.journal.append((words, self.E[words]))
         self.E[words] += step
         self.column_sums += step.sum(axis=0)
         rate = np.multiply(self.rate, 1.0 - rho)
         rate += rho * (hyper.c0 + scale * theta_sum)
         self.rate = rate
+
+    def fold(self) -> None:
+        """Make P 1 with the same shapes: E becomes g (O(V x K)), as in topics made afresh from g (``of``)."""
+        if self.P == 1.0:
+            return
+        if self.journal is not None:
+            self.journal.append((None, self.E.copy()))
+        self.E *= self.P
+        self.E += self.prior * (1.0 - self.P)
+        self.column_sums = self.E.sum(axis=0)
+        self.P = 1.0
+
+    def mark(self) -> "Mark":
+        """The values of now, for ``Mark.restore``; from now on updates record what they overwrite."""
+        self.journal = []
+        return Mark(self, self.P, self.prior, self.column_sums.copy(), self.rate.copy())
+
+
+@dataclass(frozen=True)
+class Mark:
+    """``LazyTopics`` as they were at ``LazyTopics.mark``."""
+
+    topics: LazyTopics
+    P: float
+    prior: float
+    column_sums: np.ndarray
+    rate: np.ndarray
+
+    def restore(self) -> LazyTopics:
+        """The marked topics, their overwritten rows written back (latest first); the mark stays usable."""
+        topics = self.topics
+        for words, rows in reversed(topics.journal or []):
+            if words is None:
+                topics.E[...] = rows
+            else:
+                topics.E[words] = rows
+        topics.journal = []
+        topics.P, topics.prior = self.P, self.prior
+        topics.column_sums, topics.rate = self.column_sums.copy(), self.rate.copy()
+        return topics

@@ -108,3 +108,34 @@ def test_block_statistics_in_their_own_words_merge_to_the_dense_sums_bit_for_bit
         sparse_total = stats if sparse_total is None else bnmf_sparse.add_word_stats(sparse_total, stats)
     np.testing.assert_array_equal(sparse_total["S"], dense_total[sparse_total[bnmf_sparse.WORDS]])
     assert sparse_total["docs"] == 90.0
+
+
+def _state(lazy):
+    return lazy.E.copy(), lazy.P, lazy.prior, lazy.column_sums.copy(), lazy.rate.copy()
+
+
+def test_a_mark_restores_the_topics_bit_for_bit_and_folded_topics_equal_fresh_ones():
+    """``restore`` undoes the updates since ``mark`` (a fold among them); ``fold`` leaves the topics as ``of``
+    makes them from their shapes, which is what a fit resumed from a checkpoint starts from."""
+    hyper, g, h = _globals(40, 3)
+    rng = np.random.default_rng(5)
+    lazy = bnmf_sparse.LazyTopics.of(g, h)
+    steps = list(_random_steps(rng, 40, 3, [0.6, 0.3, 0.2, 1.0, 0.4]))
+    for step in steps[:2]:
+        lazy.update(*step[:3], hyper, *step[3:])
+    before = _state(lazy)
+    mark = lazy.mark()
+    for step in steps[2:]:   # rho = 1 folds
+        lazy.update(*step[:3], hyper, *step[3:])
+    assert not np.array_equal(lazy.E, before[0])
+    restored = mark.restore()
+    assert restored is lazy
+    for now, then in zip(_state(restored), before):
+        np.testing.assert_array_equal(now, then)
+    shapes = lazy.shapes()
+    lazy.fold()
+    fresh = bnmf_sparse.LazyTopics.of(shapes, np.broadcast_to(lazy.rate, shapes.shape))
+    assert lazy.P == fresh.P == 1.0
+    np.testing.assert_array_equal(lazy.E, fresh.E)
+    np.testing.assert_array_equal(lazy.column_sums, fresh.column_sums)
+    np.testing.assert_array_equal(lazy.shapes(), shapes)

@@ -20,6 +20,7 @@ from buffet.pipeline.models.state import DriverState
 from buffet.pipeline.models.topics import CLIENT_THREADS, Corpus, TopicModelConfig
 
 TOPIC_SHAPE = 0.5  # the default shape c0 / V of the topic prior beta_vk ~ Gamma(c0/V, c0)
+SVI_SHAPES = "svi_shapes"  # the globals' name of the lazy shapes' own values (``BNMFState.to_arrays``)
 
 
 @dataclass
@@ -106,11 +107,31 @@ class BNMFState(DriverState):
         return np.broadcast_to(self.topics.rate, self.topics.E.shape)
 
     def to_arrays(self) -> dict[str, Any]:
-        return {"g": self.g, "h": np.array(self.h), "docs_seen": self.docs_seen}
+        """g, h, docs_seen, and under ``SVI_SHAPES`` what else restores the lazy shapes exactly (E, P, the prior
+        shape, E's column sums), or None when g is all of it: a fit resumed from a checkpoint, or continued by
+        ``partial_fit``, goes on with the same numbers as the fit that wrote it."""
+        t = self.topics
+        lazy = None if t.P == 1.0 else {"E": t.E.copy(), "P": np.float64(t.P), "prior": np.float64(t.prior),
+                                        "column_sums": t.column_sums.copy()}
+        return {"g": self.g, "h": np.array(self.h), "docs_seen": self.docs_seen, SVI_SHAPES: lazy}
 
     @classmethod
     def from_arrays(cls, arrays: Mapping[str, Any]) -> "BNMFState":
-        return cls.of(arrays["g"], arrays["h"], arrays["docs_seen"])
+        lazy = arrays.get(SVI_SHAPES)
+        if lazy is None:
+            return cls.of(arrays["g"], arrays["h"], arrays["docs_seen"])
+        h = arrays["h"]
+        topics = bnmf_sparse.LazyTopics(np.array(lazy["E"], dtype=np.float64), np.array(h[0] if h.ndim == 2 else h),
+                                        float(lazy["P"]), float(lazy["prior"]), np.array(lazy["column_sums"]))
+        return cls(topics, int(arrays["docs_seen"]))
+
+    def mark(self) -> tuple[bnmf_sparse.Mark, int]:
+        """The values of now at the cost of the rows the next update changes (``LazyTopics.mark``)."""
+        return self.topics.mark(), self.docs_seen
+
+    @classmethod
+    def from_mark(cls, mark: tuple[bnmf_sparse.Mark, int]) -> "BNMFState":
+        return cls(mark[0].restore(), mark[1])
 
 
 def distinct_words(rows: CSRRows) -> np.ndarray:

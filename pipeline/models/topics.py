@@ -208,6 +208,12 @@ class TopicDriver(StatefulDriver):
         super().set_globals(arrays)
         self._prefetched = None
 
+    def recover(self, mark: Any) -> None:
+        """Back to the state ``mark`` kept, as it was (not through its arrays: a checkpoint's arrays fold
+        q(beta), which only checkpoints may do for a resumed fit to give the same numbers)."""
+        self.state = self.state_type.from_mark(mark)
+        self._prefetched = None
+
     def total_steps(self) -> int:
         if self.config.mode == "batch":
             return self.config.max_iter
