@@ -83,7 +83,7 @@ class LocalResult:
     """Output of the local step for a chunk: q(theta) shapes and the chunk's statistics."""
 
     a: np.ndarray         # (n_docs, K) shapes of q(theta_d); the rate is TopicView-derived
-    S: np.ndarray         # (V, K) sum_d X_dv p_k^(vd)
+    S: np.ndarray         # (V, K) sum_d X_dv p_k^(vd), V the words of the view
     theta_sum: np.ndarray  # (K,) sum_d E theta_kd
     sweeps: np.ndarray    # (n_docs,) sweeps each document used
 
