@@ -88,7 +88,7 @@ class BNMFConfig(TopicModelConfig):
 class BNMFState(DriverState):
     """The client-side values of a Bayesian NMF fit: q(beta) kept lazily (``kernels.bnmf_sparse.LazyTopics``)
     and the documents seen. ``g`` and ``h`` are q(beta)'s shapes and rates (V x K) as a ``models.topics.TopicState``
-    has them, made when read; a checkpoint holds them and ``docs_seen``."""
+    has them, made when read; a checkpoint holds them, ``docs_seen`` and ``SVI_SHAPES`` (``to_arrays``)."""
 
     topics: bnmf_sparse.LazyTopics
     docs_seen: int

@@ -209,8 +209,8 @@ class TopicDriver(StatefulDriver):
         self._prefetched = None
 
     def recover(self, mark: Any) -> None:
-        """Back to the state ``mark`` kept, as it was (not through its arrays: a checkpoint's arrays fold
-        q(beta), which only checkpoints may do for a resumed fit to give the same numbers)."""
+        """Back to the state ``mark`` kept (``DriverState.mark``), not through ``set_globals``' arrays: Bayesian
+        NMF's mark keeps only the rows of q(beta) that changed since, not a V x K copy."""
         self.state = self.state_type.from_mark(mark)
         self._prefetched = None
 
