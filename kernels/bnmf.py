@@ -50,23 +50,32 @@ class TopicView:
 
     @classmethod
     def from_params(cls, g: np.ndarray, h: np.ndarray, dtype=np.float64, threads: int = 1) -> "TopicView":
-        """``dtype=np.float32`` (opt-in) makes the local step sweep in single precision. ``threads`` > 1
-        computes exp(E ln beta) by row slices on that many threads: the same numbers (it is elementwise),
-        in about 1/threads of the time of the digamma, which dominates the client's share of an SVI step."""
-        out = np.empty(g.shape, dtype=dtype)
-        bounds = np.linspace(0, len(g), max(threads, 1) + 1).astype(int)
+        """The view of every word: ``exp_elog_beta`` of g and h, and the sums of E beta = g / h. ``h`` is
+        (V, K) or, the same for every word, one row (K,)."""
+        return cls(exp_elog_beta(g, h, dtype, threads), (g / h).sum(axis=0))
 
-        def fill(lo: int, hi: int) -> None:
-            elog = digamma(g[lo:hi])
-            elog -= np.log(h[lo:hi])
-            np.exp(elog, out=out[lo:hi])
 
-        if threads > 1:
-            with ThreadPoolExecutor(threads) as pool:
-                list(pool.map(fill, bounds[:-1], bounds[1:]))
-        else:
-            fill(0, len(g))
-        return cls(out, (g / h).sum(axis=0))
+def exp_elog_beta(g: np.ndarray, h: np.ndarray, dtype=np.float64, threads: int = 1) -> np.ndarray:
+    """exp(E ln beta) = exp(psi(g) - ln h) elementwise (eq. 11.24), for rows of shapes ``g`` and rates ``h``
+    shaped like ``g`` or one row (K,) for every row of ``g``. ``dtype=np.float32`` (opt-in) makes the local
+    step sweep in single precision. ``threads`` > 1 computes it by row slices on that many threads: the same
+    numbers (it is elementwise), in about 1/threads of the time of the digamma, which dominates the client's
+    share of an SVI step."""
+    out = np.empty(g.shape, dtype=dtype)
+    bounds = np.linspace(0, len(g), max(threads, 1) + 1).astype(int)
+    log_row = np.log(h) if h.ndim == 1 else None
+
+    def fill(lo: int, hi: int) -> None:
+        elog = digamma(g[lo:hi])
+        elog -= np.log(h[lo:hi]) if log_row is None else log_row
+        np.exp(elog, out=out[lo:hi])
+
+    if threads > 1:
+        with ThreadPoolExecutor(threads) as pool:
+            list(pool.map(fill, bounds[:-1], bounds[1:]))
+    else:
+        fill(0, len(g))
+    return out
 
 
 @dataclass
@@ -74,7 +83,7 @@ class LocalResult:
     """Output of the local step for a chunk: q(theta) shapes and the chunk's statistics."""
 
     a: np.ndarray         # (n_docs, K) shapes of q(theta_d); the rate is TopicView-derived
-    S: np.ndarray         # (V, K) sum_d X_dv p_k^(vd)
+    S: np.ndarray         # (V, K) sum_d X_dv p_k^(vd), V the words of the view
     theta_sum: np.ndarray  # (K,) sum_d E theta_kd
     sweeps: np.ndarray    # (n_docs,) sweeps each document used
 

@@ -172,3 +172,28 @@ def test_share_tolerance_stops_training_sweeps_not_scoring():
     config = BNMFConfig(share_tol=0.05, max_sweeps=12)
     assert config.local_settings() == bnmf.LocalSettings(config.local_tol, 12, False, 0.05)
     assert config.inference_settings() == bnmf.LocalSettings(config.local_tol, config.eval_max_sweeps, False, 0.0)
+
+
+def test_an_svi_step_tried_again_from_its_recovery_values_ends_as_if_taken_once(corpus_store):
+    """The fit loop tries a step again after lost workers from the driver's ``recovery_values`` taken at the
+    step's start; Bayesian NMF's keep only the rows of q(beta) an update overwrites, and must give back the
+    lazy shapes (E, P, column sums) and rates exactly."""
+    from buffet.pipeline.reports.bnmf import make_driver
+
+    config = BNMFConfig(n_topics=4, batch_size=200, chunk_rows=100, eval_every=0, seed=1)
+    once, again = (make_driver(config, source_of(corpus_store), ProcessEngine()) for _ in range(2))
+    once.start()
+    again.start()
+    for step in range(3):
+        once.step(step)
+        mark = again.recovery_values()
+        again.step(step)
+        if step == 1:
+            again.recover(mark)
+            again.step(step)
+    (a, b) = (once.global_arrays(), again.global_arrays())
+    assert a["svi_shapes"] is not None and a["docs_seen"] == b["docs_seen"]
+    for key in ("g", "h"):
+        np.testing.assert_array_equal(a[key], b[key])
+    for key in ("E", "P", "column_sums"):
+        np.testing.assert_array_equal(a["svi_shapes"][key], b["svi_shapes"][key])

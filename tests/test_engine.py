@@ -134,6 +134,12 @@ class ToyDriver:
     def set_globals(self, arrays: dict) -> None:
         self.scale = float(arrays["scale"])
 
+    def recovery_values(self) -> dict:
+        return self.global_arrays()
+
+    def recover(self, values: dict) -> None:
+        self.set_globals(values)
+
 
 @pytest.fixture(scope="module")
 def process_cluster():

@@ -18,7 +18,6 @@ owns the rest:
 from __future__ import annotations
 
 import collections
-import copy
 import time
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -46,6 +45,8 @@ class Driver(Protocol):
     def finished(self, step: int, trace: list[dict]) -> bool: ...
     def global_arrays(self) -> dict[str, Any]: ...
     def set_globals(self, arrays: dict[str, Any]) -> None: ...
+    def recovery_values(self) -> Any: ...
+    def recover(self, values: Any) -> None: ...
 
 
 @dataclass
@@ -54,7 +55,7 @@ class Snapshot:
 
     step: int
     trace_length: int
-    globals: dict[str, Any]
+    globals: Any  # the driver's ``recovery_values``
     states: dict[str, BlockSet]
 
 
@@ -83,7 +84,7 @@ def _steps(driver: Driver, run: RunStore | None, position: Position, checkpoint_
     step, trace, failures = position.step, position.trace, collections.Counter()
     while not driver.finished(step, trace):
         snapshot = driver.engine.recovery_point(
-            lambda: Snapshot(step, len(trace), copy.deepcopy(driver.global_arrays()), dict(driver.engine.states)))
+            lambda: Snapshot(step, len(trace), driver.recovery_values(), dict(driver.engine.states)))
         try:
             record = driver.step(step)
             step += 1
@@ -120,7 +121,7 @@ def _recover(driver: Driver, saved: "checkpoints.Saved", snapshot: Snapshot, tra
     engine.await_workers()
     if engine.alive(list(snapshot.states.values())):
         log.warning("step %d lost workers (%s); trying it again", snapshot.step + 1, _short(exc))
-        driver.set_globals(copy.deepcopy(snapshot.globals))
+        driver.recover(snapshot.globals)
         engine.states = dict(snapshot.states)
         return snapshot.step, trace[:snapshot.trace_length]
     position = saved.restore(driver)

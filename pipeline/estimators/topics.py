@@ -26,7 +26,7 @@ from buffet.pipeline.engine.runstore import RunStore
 from buffet.pipeline.engine.seeds import stream
 from buffet.pipeline.estimators.base import Estimator, engine_for
 from buffet.pipeline.estimators.inputs import COUNTS, rows_of, source_for
-from buffet.pipeline.models.bnmf import BNMFConfig
+from buffet.pipeline.models.bnmf import SVI_SHAPES, BNMFConfig
 from buffet.pipeline.models.cnmf import CNMFConfig
 from buffet.pipeline.models.topics import TopicDriver
 
@@ -97,10 +97,13 @@ class BayesianNMF(_TopicModel):
     """Bayesian NMF by batch VB or SVI; parameters: the fields of ``BNMFConfig``.
 
     Fitted: ``components_`` (K x V topic-word probabilities, E[beta] normalised per topic), ``g_``,
-    ``h_`` (q(beta) shapes and rates, V x K), ``trace_``, ``vocab_`` (a store's vocabulary or None).
+    ``h_`` (q(beta) shapes and rates, V x K), ``trace_``, ``vocab_`` (a store's vocabulary or None), and
+    ``svi_shapes_``: None, or how SVI keeps the shapes (``models.bnmf.BNMFState``), for ``partial_fit`` to go on
+    with the same numbers (it is used instead of ``g_``).
     """
 
     config_cls = BNMFConfig
+    global_names = ("g", "h", "docs_seen", SVI_SHAPES)
     model_name = "bnmf"
 
     def transform(self, X, normalize: bool = False) -> np.ndarray:

@@ -5,19 +5,22 @@ stochastic updates of q(beta) on the client.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
+from typing import Any, Mapping
 
 import numpy as np
 
 from buffet.data.errors import UserError
 from buffet.data.store import CSRRows
-from buffet.kernels import bnmf
+from buffet.kernels import bnmf, bnmf_sparse
 from buffet.pipeline.engine.engine import BlockSet, Engine
 from buffet.pipeline.engine.seeds import stream
 from buffet.pipeline.engine.settings import inherited_option, option, require_counts
-from buffet.pipeline.models.topics import CLIENT_THREADS, Corpus, TopicModelConfig, TopicState
+from buffet.pipeline.models.state import DriverState
+from buffet.pipeline.models.topics import CLIENT_THREADS, Corpus, TopicModelConfig
 
 TOPIC_SHAPE = 0.5  # the default shape c0 / V of the topic prior beta_vk ~ Gamma(c0/V, c0)
+SVI_SHAPES = "svi_shapes"  # the globals' name of the lazy shapes' own values (``BNMFState.to_arrays``)
 
 
 @dataclass
@@ -93,30 +96,86 @@ class BNMFConfig(TopicModelConfig):
                           b0=base.b0 if self.b0 is None else self.b0, n_words=n_words)
 
 
+@dataclass
+class BNMFState(DriverState):
+    """The client-side values of a Bayesian NMF fit: q(beta) kept lazily (``kernels.bnmf_sparse.LazyTopics``)
+    and the documents seen. ``g`` and ``h`` are q(beta)'s shapes and rates (V x K) as a ``models.topics.TopicState``
+    has them, made when read; a checkpoint holds them, ``docs_seen`` and ``SVI_SHAPES`` (``to_arrays``)."""
+
+    topics: bnmf_sparse.LazyTopics
+    docs_seen: int
+
+    @classmethod
+    def of(cls, g: np.ndarray, h: np.ndarray, docs_seen: int) -> "BNMFState":
+        return cls(bnmf_sparse.LazyTopics.of(g, h), int(docs_seen))
+
+    @property
+    def g(self) -> np.ndarray:
+        return self.topics.shapes()
+
+    @property
+    def h(self) -> np.ndarray:
+        """The rates, one row for every word (a read-only V x K view of it)."""
+        return np.broadcast_to(self.topics.rate, self.topics.E.shape)
+
+    def to_arrays(self) -> dict[str, Any]:
+        """g, h, docs_seen, and under ``SVI_SHAPES`` what else restores the lazy shapes exactly (E, P, the prior
+        shape, E's column sums), or None when g is all of it: a fit resumed from a checkpoint, or continued by
+        ``partial_fit``, goes on with the same numbers as the fit that wrote it."""
+        t = self.topics
+        lazy = None if t.P == 1.0 else {"E": t.E.copy(), "P": np.float64(t.P), "prior": np.float64(t.prior),
+                                        "column_sums": t.column_sums.copy()}
+        return {"g": self.g, "h": np.array(self.h), "docs_seen": self.docs_seen, SVI_SHAPES: lazy}
+
+    @classmethod
+    def from_arrays(cls, arrays: Mapping[str, Any]) -> "BNMFState":
+        lazy = arrays.get(SVI_SHAPES)
+        if lazy is None:
+            return cls.of(arrays["g"], arrays["h"], arrays["docs_seen"])
+        h = arrays["h"]
+        topics = bnmf_sparse.LazyTopics(np.array(lazy["E"], dtype=np.float64), np.array(h[0] if h.ndim == 2 else h),
+                                        float(lazy["P"]), float(lazy["prior"]), np.array(lazy["column_sums"]))
+        return cls(topics, int(arrays["docs_seen"]))
+
+    def mark(self) -> tuple[bnmf_sparse.Mark, int]:
+        """The values of now at the cost of the rows the next update changes (``LazyTopics.mark``)."""
+        return self.topics.mark(), self.docs_seen
+
+    @classmethod
+    def from_mark(cls, mark: tuple[bnmf_sparse.Mark, int]) -> "BNMFState":
+        return cls(mark[0].restore(), mark[1])
+
+
+def distinct_words(rows: CSRRows) -> np.ndarray:
+    """The sorted distinct words of a block."""
+    return np.unique(rows.indices)
+
+
 @dataclass(frozen=True)
 class BNMF:
     """Bayesian NMF as a ``models.topics.TopicModel``: globals q(beta) as shapes ``g`` and rates ``h``
-    (V x K), a ``TopicState``; local parameters q(theta_d) shapes (named state "theta")."""
+    (V x K), a ``BNMFState``; local parameters q(theta_d) shapes (named state "theta"). An SVI step costs what
+    its minibatch touches: each block reads and returns its own words only (``kernels.bnmf_sparse``)."""
 
     config: BNMFConfig
     hyper: bnmf.Hyper
     local_state = "theta"
     effort = ("mean_sweeps", "sweeps")
-    state_type = TopicState
+    state_type = BNMFState
 
     @classmethod
     def of(cls, config: BNMFConfig, n_words: int) -> "BNMF":
         return cls(config, config.hyper(n_words))
 
-    def initial_globals(self, corpus: Corpus, n_tokens: float, n_docs: int) -> TopicState:
+    def initial_globals(self, corpus: Corpus, n_tokens: float, n_docs: int) -> BNMFState:
         """The prior plus noise scaled to the corpus (paper 002, Sec. 11.6)."""
         g, h = bnmf.initial_globals(corpus.n_words, self.config.n_topics, n_tokens, n_docs, self.hyper,
                                     stream(self.config.seed, "init"))
-        return TopicState(g, h, docs_seen=0)
+        return BNMFState.of(g, h, docs_seen=0)
 
-    def local_view(self, state: TopicState) -> bnmf.TopicView:
+    def local_view(self, state: BNMFState) -> bnmf.TopicView:
         """The topic expectations the local steps sweep with, in the configured precision."""
-        return bnmf.TopicView.from_params(state.g, state.h, dtype=np.dtype(self.config.precision),
+        return bnmf.TopicView.from_params(state.g, state.topics.rate, dtype=np.dtype(self.config.precision),
                                           threads=CLIENT_THREADS)
 
     def batch_local(self, rows: CSRRows, a: np.ndarray | None, view: bnmf.TopicView) -> tuple[np.ndarray, dict]:
@@ -125,33 +184,49 @@ class BNMF:
                               a_start=a)
         return res.a, {"S": res.S, "theta_sum": res.theta_sum, "sweeps": float(res.sweeps.sum())}
 
-    def svi_local(self, rows: CSRRows, view: bnmf.TopicView) -> dict:
-        """A minibatch block's statistics from fresh local fits."""
-        res = bnmf.local_step(rows.indptr, rows.indices, rows.data, view, self.hyper, self.config.local_settings())
-        return {"S": res.S, "theta_sum": res.theta_sum, "docs": float(rows.n_rows), "sweeps": float(res.sweeps.sum())}
+    def svi_statistics(self, engine: Engine, state: BNMFState, blocks: BlockSet) -> dict:
+        """A minibatch's statistics, for the words it touches: the blocks' distinct words come here first, the
+        view of their union is sent (not the vocabulary's), and the blocks' statistics of their own words are
+        merged in block order (``bnmf_sparse.add_word_stats``)."""
+        engine.hold(blocks)  # read once for both passes over them
+        words = engine.collect(engine.map(distinct_words, blocks))
+        union = np.unique(np.concatenate(words))
+        view = state.topics.view(union, dtype=np.dtype(self.config.precision), threads=CLIENT_THREADS)
+        return engine.reduce(engine.map(self.svi_local, blocks, engine.share((union, view))),
+                             combine=bnmf_sparse.add_word_stats)
 
-    def batch_update(self, engine: Engine, state: TopicState, stats: dict, locals_: BlockSet) -> TopicState:
+    def svi_local(self, rows: CSRRows, shared: tuple[np.ndarray, bnmf.TopicView]) -> dict:
+        """A minibatch block's statistics of its own words from fresh local fits, with the rows of the view
+        ``shared`` (words, their view) for those words."""
+        words, local = bnmf_sparse.block_words(rows.indices)
+        view = bnmf_sparse.words_view(shared[1], shared[0], words)
+        res = bnmf.local_step(rows.indptr, local, rows.data, view, self.hyper, self.config.local_settings())
+        return {bnmf_sparse.WORDS: words, "S": res.S, "theta_sum": res.theta_sum, "docs": float(rows.n_rows),
+                "sweeps": float(res.sweeps.sum())}
+
+    def batch_update(self, engine: Engine, state: BNMFState, stats: dict, locals_: BlockSet) -> BNMFState:
         """q(beta) from every document's statistics (the batch update)."""
         g, h = bnmf.batch_update(stats["S"], stats["theta_sum"], self.hyper)
-        return replace(state, g=g, h=h)
+        return BNMFState.of(g, h, state.docs_seen)
 
     def local_elbo(self, rows: CSRRows, a: np.ndarray, view: bnmf.TopicView) -> dict:
         return {"elbo": bnmf.local_elbo(rows.indptr, rows.indices, rows.data, view, self.hyper, a)}
 
-    def objective(self, engine: Engine, rows: BlockSet, locals_: BlockSet, state: TopicState) -> float:
+    def objective(self, engine: Engine, rows: BlockSet, locals_: BlockSet, state: BNMFState) -> float:
         """The ELBO at the new globals: the documents' terms, reduced, plus q(beta)'s."""
         view = engine.share(self.local_view(state))
         local = engine.reduce(engine.map(self.local_elbo, rows, locals_, view))["elbo"]
-        return local + bnmf.global_elbo(state.g, state.h, self.hyper)
+        return local + bnmf.global_elbo(state.g, state.topics.rate, self.hyper)
 
-    def stochastic_update(self, state: TopicState, stats: dict, scale: float, rho: float) -> TopicState:
-        """q(beta)'s natural-gradient step (eqs. 11.33-11.34)."""
-        g, h = bnmf.stochastic_update(state.g, state.h, stats["S"], stats["theta_sum"], self.hyper, scale, rho)
-        return replace(state, g=g, h=h)
+    def stochastic_update(self, state: BNMFState, stats: dict, scale: float, rho: float) -> BNMFState:
+        """q(beta)'s natural-gradient step (eqs. 11.33-11.34) in the words the minibatch touched, in place."""
+        state.topics.update(stats[bnmf_sparse.WORDS], stats["S"], stats["theta_sum"], self.hyper, scale, rho)
+        return state
 
-    def eval_view(self, state: TopicState) -> tuple[bnmf.TopicView, np.ndarray]:
+    def eval_view(self, state: BNMFState) -> tuple[bnmf.TopicView, np.ndarray]:
         """What document completion reads: the float64 topic view and E[beta]."""
-        return bnmf.TopicView.from_params(state.g, state.h), state.g / state.h
+        g, rate = state.g, state.topics.rate
+        return bnmf.TopicView.from_params(g, rate), g / rate
 
     def completion(self, rows: CSRRows, block: int, view: tuple[bnmf.TopicView, np.ndarray]) -> dict:
         """Threefold document completion of a block of held-out documents (paper 002, Sec. 11.6)."""

@@ -103,6 +103,10 @@ class CNMF:
                               u_start=None if last is None else last[0])
         return (res.u, res.alpha), {**res.statistics(), "steps": float(res.steps.sum())}
 
+    def svi_statistics(self, engine: Engine, state: CNMFState, blocks: BlockSet) -> dict:
+        """A minibatch's statistics: its blocks' local steps with every word's view, summed in block order."""
+        return engine.reduce(engine.map(self.svi_local, blocks, engine.share(self.local_view(state))))
+
     def svi_local(self, rows: CSRRows, view: tuple) -> dict:
         """A minibatch block's statistics from fresh local fits."""
         topics, L = view

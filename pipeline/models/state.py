@@ -9,6 +9,7 @@ long as checkpoints written under that name should restore.
 
 from __future__ import annotations
 
+import copy
 from dataclasses import dataclass, fields
 from typing import Any, Mapping, TypeVar
 
@@ -28,6 +29,17 @@ class DriverState:
         """The state ``to_arrays`` gave (names ``arrays`` holds besides the fields are ignored)."""
         return cls(**{field.name: arrays[field.name] for field in fields(cls)})
 
+    def mark(self) -> Any:
+        """The values of now, for ``from_mark`` to give back (the fit loop takes one at the start of every step,
+        to try the step again after lost workers): a deep copy of ``to_arrays``. A state that changes large
+        arrays in place can keep less (``models.bnmf.BNMFState``)."""
+        return copy.deepcopy(self.to_arrays())
+
+    @classmethod
+    def from_mark(cls: type[State], mark: Any) -> State:
+        """The state ``mark`` kept; the mark stays usable."""
+        return cls.from_arrays(copy.deepcopy(mark))
+
 
 class StatefulDriver:
     """``global_arrays`` and ``set_globals`` of a driver whose client-side values are ``self.state``, of the
@@ -41,3 +53,11 @@ class StatefulDriver:
 
     def set_globals(self, arrays: Mapping[str, Any]) -> None:
         self.state = self.state_type.from_arrays(arrays)
+
+    def recovery_values(self) -> Any:
+        """What ``recover`` takes to go back to the values of now: the state's ``mark``."""
+        return self.state.mark()
+
+    def recover(self, mark: Any) -> None:
+        """Back to the values ``recovery_values`` gave, through ``set_globals`` (and what a driver does there)."""
+        self.set_globals(copy.deepcopy(mark))

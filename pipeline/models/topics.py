@@ -9,8 +9,9 @@ each runs. Bayesian and correlated NMF differ only in their model object.
   q(theta) shapes, or u_d) on the workers; every iteration runs the local step over every block, reduces
   the statistics, updates the globals on the client and records the objective.
 * SVI reads one minibatch of contiguous rows per step (the minibatch order is shuffled per pass from the
-  seed), cut into blocks of ``chunk_rows`` rows, while the next minibatch is read; the statistics scaled
-  by D/|C_t| take a natural-gradient step of size rho_t = (t0 + t)^-kappa (eqs. 11.33-11.35).
+  seed), cut into blocks of ``chunk_rows`` rows, while the next minibatch is read; the model's local steps
+  give the minibatch's statistics (``svi_statistics``), which scaled by D/|C_t| take a natural-gradient
+  step of size rho_t = (t0 + t)^-kappa (eqs. 11.33-11.35).
 
 Held-out documents (the ``split``'s rows) are scored by threefold document completion every
 ``eval_every`` steps (paper 002, Sec. 11.6).
@@ -150,7 +151,7 @@ class TopicModel(Protocol):
     def initial_globals(self, corpus: Corpus, n_tokens: float, n_docs: int) -> TopicState: ...
     def local_view(self, state: TopicState) -> Any: ...
     def batch_local(self, rows: CSRRows, local: Any, view: Any) -> tuple[Any, dict]: ...
-    def svi_local(self, rows: CSRRows, view: Any) -> dict: ...
+    def svi_statistics(self, engine: Engine, state: TopicState, blocks: BlockSet) -> dict: ...
     def batch_update(self, engine: Engine, state: TopicState, stats: dict, locals_: BlockSet) -> TopicState: ...
     def objective(self, engine: Engine, rows: BlockSet, locals_: BlockSet, state: TopicState) -> float: ...
     def stochastic_update(self, state: TopicState, stats: dict, scale: float, rho: float) -> TopicState: ...
@@ -205,6 +206,12 @@ class TopicDriver(StatefulDriver):
 
     def set_globals(self, arrays: Mapping[str, Any]) -> None:
         super().set_globals(arrays)
+        self._prefetched = None
+
+    def recover(self, mark: Any) -> None:
+        """Back to the state ``mark`` kept (``DriverState.mark``), not through ``set_globals``' arrays: Bayesian
+        NMF's mark keeps only the rows of q(beta) that changed since, not a V x K copy."""
+        self.state = self.state_type.from_mark(mark)
         self._prefetched = None
 
     def total_steps(self) -> int:
@@ -273,8 +280,7 @@ class TopicDriver(StatefulDriver):
         on the workers, then the natural-gradient update of the globals with the minibatch sums scaled
         by n_docs / |batch| (eqs. 11.33-11.35). The one update path of ``fit`` and of the estimators'
         ``partial_fit``. Returns the reduced statistics and the step size."""
-        view = self.engine.share(self.model.local_view(self.state))
-        stats = self.engine.reduce(self.engine.map(self.model.svi_local, blocks, view))
+        stats = self.model.svi_statistics(self.engine, self.state, blocks)
         rho = bnmf.step_size(step, self.config.t0, self.config.kappa)
         if stats["docs"] > 0:
             self.state = self.model.stochastic_update(self.state, stats, n_docs / stats["docs"], rho)
