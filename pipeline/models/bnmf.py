@@ -119,12 +119,14 @@ class BNMFState(DriverState):
         return np.broadcast_to(self.topics.rate, self.topics.E.shape)
 
     def to_arrays(self) -> dict[str, Any]:
-        """g, h, docs_seen, and under ``SVI_SHAPES`` what else restores the lazy shapes exactly (E, P, the prior
-        shape, E's column sums), or None when g is all of it: a fit resumed from a checkpoint, or continued by
-        ``partial_fit``, goes on with the same numbers as the fit that wrote it."""
+        """g, h, docs_seen, and under ``SVI_SHAPES`` what else restores the lazy shapes exactly (P, the prior
+        shape, E's column sums as the updates summed them, and E itself unless P is 1, when E is g): a fit
+        resumed from a checkpoint, or continued by ``partial_fit``, goes on with the same numbers as the fit
+        that wrote it."""
         t = self.topics
-        lazy = None if t.P == 1.0 else {"E": t.E.copy(), "P": np.float64(t.P), "prior": np.float64(t.prior),
-                                        "column_sums": t.column_sums.copy()}
+        lazy = {"P": np.float64(t.P), "prior": np.float64(t.prior), "column_sums": t.column_sums.copy()}
+        if t.P != 1.0:
+            lazy["E"] = t.E.copy()
         return {"g": self.g, "h": np.array(self.h), "docs_seen": self.docs_seen, SVI_SHAPES: lazy}
 
     @classmethod
@@ -133,7 +135,8 @@ class BNMFState(DriverState):
         if lazy is None:
             return cls.of(arrays["g"], arrays["h"], arrays["docs_seen"])
         h = arrays["h"]
-        topics = bnmf_sparse.LazyTopics(np.array(lazy["E"], dtype=np.float64), np.array(h[0] if h.ndim == 2 else h),
+        topics = bnmf_sparse.LazyTopics(np.array(lazy.get("E", arrays["g"]), dtype=np.float64),
+                                        np.array(h[0] if h.ndim == 2 else h),
                                         float(lazy["P"]), float(lazy["prior"]), np.array(lazy["column_sums"]))
         return cls(topics, int(arrays["docs_seen"]))
 
