@@ -167,8 +167,8 @@ def test_cli_fit_evaluate_export_report(tmp_path, stores, capsys):
                                  "threads", "--quiet"))
     # the 4 planted images, and E[ZZ^T] far closer to the truth than the best constant guess (151 here;
     # "every row has one shared feature" gives 157, E[ZZ^T] = 0 gives 263). Measured: K+ 4.00, error 3.0.
-    assert abs(result["k_plus"] - 4.0) < 0.5, result
     assert 0.0 <= result["zzt_error"] < 0.25 * constant_zzt_error(true_z(stores["pf-linear-gaussian"])), result
+    assert abs(result["k_plus"] - 4.0) < 0.5, result
     run_main(capsys, "export", tmp_path / "run", "--out", tmp_path / "post.npz")
     with np.load(tmp_path / "post.npz") as post:
         assert post["zzt"].shape == (24, 24)
