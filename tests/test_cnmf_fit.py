@@ -5,17 +5,24 @@ import json
 
 import numpy as np
 import pytest
+from scipy.optimize import linear_sum_assignment
 
 from buffet.data.arrays import from_array
 from buffet.data.splits import add_split, holdout_rows
 from buffet.data.store import Dataset
+from buffet.kernels.bnmf import topic_word
+from buffet.kernels.cnmf import correlation
 from buffet.pipeline.engine.dataset import source_of
 from buffet.pipeline.engine.process_executor import ProcessEngine
 from buffet.pipeline.engine.runs import fit_run, resume_run
 from buffet.pipeline.engine.runstore import RunStore
 from buffet.pipeline.models.cnmf import CNMFConfig
 
+from baselines import unigram_heldout_loglik
 from helpers import buffet, buffet_side_by_side, checkpoint, cnmf_corpus, exported, restored_driver, run_main
+
+
+MARGIN = 0.1  # nats per word past the unigram score; measured: unigram -3.44, the fit -3.21
 
 
 @pytest.fixture(scope="module")
@@ -55,7 +62,8 @@ def test_cli_fit_evaluate_export_report_and_determinism(tmp_path, cnmf_store, ca
     assert "finished" in fit.stdout and "topic   0:" in fit.stdout  # the top words are printed
     result = json.loads(run_main(capsys, "evaluate", tmp_path / "run", "--json", "--workers", 1, "--quiet"))
     assert result["model"] == "cnmf" and result["heldout_docs"] == 60 and result["steps"] == 8
-    assert -np.log(80) < result["heldout_loglik_per_word"] < 0  # better than uniform over words
+    unigram = unigram_heldout_loglik(cnmf_store)   # topics must explain more than word frequencies
+    assert unigram + MARGIN < result["heldout_loglik_per_word"] < 0, (result, unigram)
     arrays = exported(capsys, tmp_path / "run", tmp_path / "fit.npz")
     assert arrays["correlation"].shape == (4, 4) and arrays["L"].shape == (4, 2) and arrays["u"].shape == (600, 2)
     np.testing.assert_allclose(np.diag(arrays["correlation"]), 1.0)
@@ -75,6 +83,35 @@ def test_cli_fit_evaluate_export_report_and_determinism(tmp_path, cnmf_store, ca
     other = exported(capsys, tmp_path / "other", tmp_path / "other.npz")
     for name in ("topic_word", "L", "u", "trace_heldout_ll"):
         assert np.nanmax(np.abs(arrays[name] - other[name])) <= 1e-10, name
+
+
+def _cosines(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """Cosine similarity of every row of ``a`` with every row of ``b``."""
+    return (a / np.linalg.norm(a, axis=1, keepdims=True)) @ (b / np.linalg.norm(b, axis=1, keepdims=True)).T
+
+
+def test_svi_driver_recovers_planted_topics_and_the_signs_of_their_correlations(tmp_path):
+    """Four topics in two strongly correlated pairs (true corr 0.96 within a pair, -0.96 to -1 across), 600
+    documents, 6 SVI passes through the driver: each true topic's matched topic is closer to it than the corpus's
+    word frequencies (a topic that learned nothing) are to any true topic, the four within- and across-pair
+    correlations have the true signs, and the held-out score beats the unigram model's. Measured: cosines
+    0.84-0.96 against at most 0.69 for the frequencies; held-out -2.99 against the unigram's -3.27."""
+    true_L = np.array([[2.0, 0.0], [1.8, 0.5], [-2.0, 0.0], [-1.8, -0.5]])
+    X, beta = cnmf_corpus(600, 60, true_L, np.random.default_rng(5), length=50)
+    ds = from_array(X, tmp_path / "corpus.zarr", "counts", rows_per_chunk=128)
+    add_split(ds, "heldout", {"test_rows": holdout_rows(ds.n_rows, 0.1, 0)}, {"kind": "rows"})
+    config = CNMFConfig(n_topics=4, n_dims=2, mode="svi", batch_size=100, passes=6, seed=3, eval_every=1000)
+    driver = restored_driver(fit_run("cnmf", source_of(str(ds.path)), tmp_path / "run", config, ProcessEngine(),
+                                     quiet=True))
+    arrays = driver.global_arrays()
+    cosines = _cosines(beta.T, topic_word(arrays["g"], arrays["h"]))
+    truth, fitted = linear_sum_assignment(-cosines)
+    frequencies = np.asarray(X.sum(axis=0))
+    assert cosines[truth, fitted].min() > _cosines(frequencies, beta.T).max() + 0.1, cosines[truth, fitted]
+    corr = correlation(arrays["L"])[np.ix_(fitted, fitted)]
+    assert corr[0, 1] > 0 and corr[2, 3] > 0 and corr[0, 2] < 0 and corr[1, 3] < 0, corr
+    unigram = unigram_heldout_loglik(str(ds.path))
+    assert driver.heldout_loglik(every_document=True) > unigram + MARGIN, unigram
 
 
 def test_data_that_are_not_counts_get_a_one_line_error(tmp_path):

@@ -70,7 +70,11 @@ def test_gaussian_w_conditional_is_the_dense_linear_regression_posterior():
     np.testing.assert_allclose(mean, cov @ (theta * A.T @ x + phi * w0))
     np.testing.assert_allclose(np.linalg.inv(precision), cov)
     W = np.stack([bmf.sample_gaussian_w(stats, theta, phi, w0, 3, 2, rng) for _ in range(4000)])
-    assert np.allclose(A @ W[7].T.ravel(), (U @ W[7] @ V.T)[mask])          # vec stacks W's columns
+    # the mean, laid out as W (K x L; vec stacks W's columns), is where the gradient of the log posterior,
+    # written with U, V and the mask directly, is zero
+    M = mean.reshape(2, 3).T
+    gradient = theta * U.T @ np.where(mask, X - U @ M @ V.T, 0.0) @ V - phi * (M - w0)
+    np.testing.assert_allclose(gradient, 0.0, atol=1e-10)
     draws = W.transpose(0, 2, 1).reshape(4000, 6)
     np.testing.assert_allclose(draws.mean(axis=0), mean, atol=4 * np.sqrt(np.diag(cov).max() / 4000))
     np.testing.assert_allclose(np.cov(draws.T), cov, atol=0.1 * np.abs(cov).max())
