@@ -25,7 +25,6 @@ records join the others' and ``table`` reads them all.
 
 from __future__ import annotations
 
-import argparse
 import json
 import platform
 import sys
@@ -37,7 +36,7 @@ import numpy as np
 import scipy.sparse as sp
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import machine
+from common import machine, panel_commands
 
 from buffet.data.synthetic import bnmf_corpus, lda_documents, lda_topics
 from buffet.kernels import bnmf
@@ -227,15 +226,8 @@ def choice(rows: list[dict]) -> str:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    sub = parser.add_subparsers(dest="command", required=True)
-    run = sub.add_parser("scores")
-    run.add_argument("--out", type=Path, required=True)
-    run.add_argument("--members", nargs="+", default=[m.name for m in PANEL])
-    run.add_argument("--seeds", nargs="+", type=int, default=[0, 1])
+    parser, run, _ = panel_commands(__doc__.split("\n\n")[0], [m.name for m in PANEL], [0, 1])
     run.add_argument("--rules", nargs="+", default=list(RULES), choices=list(RULES))
-    show = sub.add_parser("table")
-    show.add_argument("results", type=Path)
     args = parser.parse_args()
     if args.command == "table":
         rows = [json.loads(line) for line in args.results.read_text().splitlines()]

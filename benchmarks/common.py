@@ -7,6 +7,7 @@ Nothing here is part of the ``buffet`` package; the benchmarks import it by path
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import platform
@@ -244,3 +245,19 @@ def setting(text: str) -> tuple[str, float | int | str]:
         except ValueError:
             pass
     return name, value
+
+
+def panel_commands(description: str, members: list[str],
+                   seeds: list[int]) -> tuple[argparse.ArgumentParser, argparse.ArgumentParser, argparse.ArgumentParser]:
+    """The command line every panel script shares: ``scores --out FILE [--members ...] [--seeds ...]`` scores
+    panel members into a JSON-lines file, ``table RESULTS`` prints the tables of such a file. Returns the parser
+    and the two subcommands' parsers, for a script's own options."""
+    parser = argparse.ArgumentParser(description=description)
+    sub = parser.add_subparsers(dest="command", required=True)
+    scores = sub.add_parser("scores")
+    scores.add_argument("--out", type=Path, required=True)
+    scores.add_argument("--members", nargs="+", default=members)
+    scores.add_argument("--seeds", nargs="+", type=int, default=seeds)
+    show = sub.add_parser("table")
+    show.add_argument("results", type=Path)
+    return parser, scores, show

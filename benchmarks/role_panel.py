@@ -20,7 +20,7 @@ it picks (mean over splits) and its shortfall against the best rule on that memb
 
 from __future__ import annotations
 
-import argparse
+import sys
 import json
 import tempfile
 import time
@@ -38,6 +38,9 @@ from buffet.pipeline.engine.dataset import Source, source_of
 from buffet.pipeline.engine.loop import Position, run_loop
 from buffet.pipeline.engine.process_executor import ProcessEngine
 from buffet.pipeline.engine.selection import fit_fold, one_standard_error_choice, validation_folds
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from common import panel_commands
 from buffet.pipeline.models.imf import IMFDriver, INMFConfig, structural_candidates
 from buffet.pipeline.registry import spec_for
 
@@ -238,14 +241,7 @@ def differences(rows: list[dict], old: str, new: str) -> list[str]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    sub = parser.add_subparsers(dest="command", required=True)
-    run = sub.add_parser("scores")
-    run.add_argument("--out", type=Path, required=True)
-    run.add_argument("--members", nargs="+", default=[m.name for m in PANEL])
-    run.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
-    show = sub.add_parser("table")
-    show.add_argument("results", type=Path)
+    parser, _, show = panel_commands(__doc__.split("\n\n")[0], [m.name for m in PANEL], [0, 1, 2])
     show.add_argument("--compare", nargs=2, default=["today (3 folds, 1 SE)", "5 folds, 1 SE"],
                       metavar=("OLD", "NEW"), help="two rules whose differing choices are listed")
     args = parser.parse_args()
