@@ -107,6 +107,6 @@ def test_fitting_one_model_imports_only_that_models_module() -> None:
             "print(args.model, args.cfg_n_topics, sorted(m for m in sys.modules if m.startswith('buffet.kernels.')))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split(maxsplit=2)
     assert out[:2] == ["bnmf", "7"]
-    assert out[2].strip() == "['buffet.kernels.bnmf', 'buffet.kernels.metrics']"
+    assert out[2].strip() == "['buffet.kernels.bnmf', 'buffet.kernels.bnmf_sparse', 'buffet.kernels.metrics']"
     assert {path.split()[-1] for path, _ in parsers(cli.build_parser()) if path.startswith("buffet fit ")} == \
         set(models())
