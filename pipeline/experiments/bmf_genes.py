@@ -56,7 +56,7 @@ STAT_NAMES = ("K+", "L+")
 
 @dataclass(frozen=True)
 class Settings:
-    """Sizes of a run: the full experiment, ``--quick``, or the tests' smaller one."""
+    """Sizes of a run: the full experiment or ``--quick``."""
 
     genes: int | None          # keep this many most variable genes after the standard filter (None: all)
     sweeps: int                # BMF sweeps, half of them burn-in
@@ -74,12 +74,6 @@ class Settings:
                        cv_repeats=5)
         return cls(genes=None, sweeps=150, svd_ks=tuple(range(1, 11)), imf_max_k=6, imf_max_iter=60,
                    v_sweeps=100, cv_repeats=20)
-
-    @classmethod
-    def tiny(cls) -> "Settings":
-        """Smaller than ``--quick``, for the tests' end-to-end run of the command."""
-        return cls(genes=150, sweeps=24, svd_ks=(1, 2, 3, 4), imf_max_k=3, imf_max_iter=30, v_sweeps=20,
-                   cv_repeats=2)
 
 
 @dataclass(frozen=True)
