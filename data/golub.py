@@ -9,7 +9,6 @@ dropped, and each patient's ALL/AML label from ``actual.csv``.
 from __future__ import annotations
 
 import csv
-import gzip
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -17,6 +16,8 @@ import numpy as np
 
 from buffet.data.bundled import GOLUB_FILES, shipped_path
 from buffet.data.errors import InputError
+from buffet.data.table_columns import ColumnChoice
+from buffet.data.tables import MISSING, CsvTable
 
 CLASSES = ("ALL", "AML")
 
@@ -38,19 +39,14 @@ class Golub:
 
 
 def read_levels(path: Path) -> tuple[list[str], dict[int, np.ndarray]]:
-    """One expression file: the probes' accession numbers in file order and each patient's levels by id."""
-    with gzip.open(path, "rt", newline="") as handle:
-        rows = list(csv.reader(handle))
-    header = rows[0]
-    if header[:2] != ["Gene Description", "Gene Accession Number"] or header[3::2] != ["call"] * (len(header[3::2])):
-        raise InputError(f"{path}: line 1 is not the header 'Gene Description,Gene Accession Number,ID,call,...'")
-    ids = [int(value) for value in header[2::2]]
-    body = rows[1:]
-    for number, row in enumerate(body, start=2):
-        if len(row) != len(header):
-            raise InputError(f"{path}: line {number} has {len(row)} fields, the header {len(header)}")
-    values = np.array([row[2::2] for row in body], dtype=np.float64)
-    return [row[1] for row in body], {pid: values[:, c] for c, pid in enumerate(ids)}
+    """One expression file: the probes' accession numbers in file order and each patient's levels by id, read
+    as ``buffet ingest table`` reads it (``data.tables.CsvTable``: the description and call columns left out)."""
+    choice = ColumnChoice(row_names="Gene Accession Number", drop_columns=("Gene Description", "call*"))
+    table = CsvTable(path, ",", choice, MISSING)
+    batches = list(table.batches())
+    values = np.vstack([batch.values for batch in batches])
+    probes = [name for batch in batches for name in batch.names]
+    return probes, {int(pid): values[:, c] for c, pid in enumerate(table.columns)}
 
 
 def read_labels(path: Path) -> dict[int, str]:

@@ -79,7 +79,10 @@ def transposed(table: Table, scratch_dir: str | None) -> Iterator[ScratchTable]:
             width = batch.values.shape[1]
             fh.write(np.ascontiguousarray(batch.values, dtype=np.float64).tobytes())
             n_rows += len(batch.values)
-            names = None if batch.names is None or names is None else names + batch.names
+            if batch.names is None:
+                names = None
+            elif names is not None:
+                names.extend(batch.names)
         fh.flush()
         values = np.memmap(fh, dtype=np.float64, mode="r", shape=(n_rows, width or 0))
         try:
@@ -122,7 +125,10 @@ def write_table(w: StoreWriter, table: Table, rows_per_chunk: int, transpose: bo
             writer = writer or DenseWriter(w.group, batch.values.shape[1], rows_per_chunk, with_mask=True)
             observed = ~np.isnan(batch.values)
             writer.add_rows(np.where(observed, batch.values, 0.0), observed)
-            names = None if batch.names is None or names is None else names + batch.names
+            if batch.names is None:
+                names = None
+            elif names is not None:
+                names.extend(batch.names)
         assert writer is not None  # every table format refuses a table without rows
         shape = writer.finish()
         if names is not None:

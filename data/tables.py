@@ -110,7 +110,8 @@ class CsvTable:
 
     def _parse(self, rows: list[list[str]], lines: list[int], seen: UniqueNames | None) -> RowBatch:
         """One batch: the value cells as numbers (NaN where missing) and the row names."""
-        cells = np.array(rows, dtype=np.str_)[:, self.chosen.values]
+        pick = self.chosen.values  # before making the array: its width is that of the longest cell it holds
+        cells = np.array([[row[i] for i in pick] for row in rows], dtype=np.str_).reshape(len(rows), len(pick))
         values = parse_cells(cells, self.missing, lambda r, c: at(self.path, lines[r],
                                                                     f"column {self.chosen.values[c] + 1} "
                                                                     f"({self.columns[c]!r})"))
