@@ -23,6 +23,17 @@ u_d to 1e-6), whatever --local-tol and --max-steps set for training.
 With --profile, one CNMF local step on 1000 training documents at the fitted globals is run under
 cProfile after the pass, and the functions with the most own time are recorded with its result.
 One JSON line per model is appended to --results.
+
+With --corpus cnmf the documents are drawn from correlated NMF itself instead (``cnmf_corpus`` of the tests'
+helpers: topics Gamma(0.1, 1) normalised, l_k ~ N(0, (--true-scale)^2 / m I_m) with m = --true-dims, u_d ~ N(0, I),
+Poisson counts of mean --length per document), stored with ``from_array`` and 1/11 of the documents held out,
+and the held-out documents are also scored at the true topics and locations (model ``oracle``: u_d fitted by
+the local step on the observed thirds). --score-after 1,3,10 then fits each model in this process (no
+cluster) for the largest of those passes and records the held-out score after each of them, with the CPU
+seconds of the fit so far:
+
+    python benchmarks/cnmf_vs_bnmf.py --corpus cnmf --workdir W --docs 22000 --words 5000 --k 50 --n-dims 20 \
+        --length 100 --batch-size 1000 --score-after 1,3,10
 """
 
 from __future__ import annotations
@@ -32,20 +43,49 @@ import cProfile
 import pstats
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import numpy as np
+import scipy.sparse as sp
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import machine, record, thirds, timed_svi_pass
+from common import machine, record, setting, thirds, timed_svi_pass
 
 BUFFET = str(Path(sys.executable).with_name("buffet"))
+TESTS = Path(__file__).resolve().parent.parent / "tests"  # the correlated-NMF generator of the tests' helpers
+
+
+def true_parameters(args) -> tuple[np.ndarray, np.ndarray, "sp.csr_matrix"]:
+    """The correlated-NMF corpus of --corpus cnmf: (true topics V x K, true locations K x m, counts)."""
+    sys.path.insert(0, str(TESTS))
+    from helpers import cnmf_corpus
+
+    rng = np.random.default_rng(args.seed)
+    L = rng.normal(0.0, args.true_scale / np.sqrt(args.true_dims), size=(args.k, args.true_dims))
+    X, beta = cnmf_corpus(args.docs, args.words, L, rng, length=args.length)
+    return beta, L, X
+
+
+def cnmf_store(args) -> str:
+    """WORKDIR's correlated-NMF corpus (``true_parameters``), written the first time, 1/11 held out."""
+    from buffet.data.arrays import from_array
+    from buffet.data.splits import add_split, holdout_rows
+
+    name = f"cnmf{args.docs}-v{args.words}-k{args.k}-m{args.true_dims}-x{args.true_scale}-n{args.length}-s{args.seed}"
+    store = Path(args.workdir) / f"{name}.zarr"
+    if not store.exists():
+        ds = from_array(true_parameters(args)[2], store, "counts", rows_per_chunk=1000)
+        add_split(ds, "heldout", {"test_rows": holdout_rows(ds.n_rows, 1 / 11, args.seed)}, {"kind": "rows"})
+    return str(store)
 
 
 def corpus_store(args) -> str:
     """The stored corpus: --store, or WORKDIR's, generated and ingested the first time."""
     if args.store:
         return args.store
+    if args.corpus == "cnmf":
+        return cnmf_store(args)
     from buffet.data.synthetic import write_uci_corpus
 
     work = Path(args.workdir)
@@ -70,7 +110,8 @@ def config_of(model: str, args):
               "chunk_rows": args.chunk_rows or max(1, args.batch_size // max(1, args.workers))}
     if model == "bnmf":
         return BNMFConfig(**common)
-    return CNMFConfig(**common, n_dims=args.n_dims, local_tol=args.local_tol, max_steps=args.max_steps)
+    local = {"local_tol": args.local_tol} if args.local_tol is not None else {}
+    return CNMFConfig(**common, n_dims=args.n_dims, max_steps=args.max_steps, **local, **dict(args.set))
 
 
 def timed_pass(model: str, config, store: str, args):
@@ -88,7 +129,7 @@ def timed_pass(model: str, config, store: str, args):
 
 def heldout_weights(model: str, driver, obs) -> np.ndarray:
     """Each held-out document's topic weights fitted by the model's local step on its observed thirds."""
-    from buffet.kernels import bnmf, cnmf
+    from buffet.kernels import bnmf
 
     g, h = driver.state.g, driver.state.h
     view = bnmf.TopicView.from_params(g, h)
@@ -96,23 +137,68 @@ def heldout_weights(model: str, driver, obs) -> np.ndarray:
         hyper, settings = driver.model.hyper, driver.config.inference_settings()
         fit = bnmf.local_step(obs.indptr, obs.indices, obs.data, view, hyper, settings, with_stats=False)
         return fit.a / bnmf.theta_rate(view, hyper)
-    L = driver.state.L
+    return location_weights(view, driver.state.L, obs)
+
+
+def location_weights(view, L: np.ndarray, obs) -> np.ndarray:
+    """exp(l_k . u_d) (scaled per document) with u_d fitted by CNMF's local step on ``obs``, u_d to 1e-6."""
+    from buffet.kernels import cnmf
+
     u = cnmf.local_step(obs.indptr, obs.indices, obs.data, view, L, cnmf.LocalSettings(), with_stats=False).u
     z = u @ L.T
     return np.exp(z - z.max(axis=1, keepdims=True))
 
 
-def heldout_ll(model: str, driver, store: str) -> float:
-    """Per-word log likelihood of the held-out thirds (module docstring)."""
+def heldout_thirds(store: str):
+    """The held-out documents' observed and predicted thirds (module docstring)."""
     from buffet.data.store import Dataset
-    from buffet.kernels import bnmf
     from buffet.pipeline.engine.dataset import count_row_set, source_of
 
     rows = np.asarray(Dataset(store).split("heldout")["test_rows"], dtype=np.int64)
-    obs, held = thirds(count_row_set(source_of(store), rows).to_scipy())
+    return thirds(count_row_set(source_of(store), rows).to_scipy())
+
+
+def heldout_ll(model: str, driver, store: str) -> float:
+    """Per-word log likelihood of the held-out thirds (module docstring)."""
+    from buffet.kernels import bnmf
+
+    obs, held = heldout_thirds(store)
     g, h = driver.state.g, driver.state.h
     ll, tokens = bnmf.completion_score(obs.indptr, obs.indices, held.data, heldout_weights(model, driver, obs), g / h)
     return ll / tokens
+
+
+def oracle_ll(args, store: str) -> float:
+    """Per-word log likelihood of the held-out thirds at the true topics and locations of --corpus cnmf."""
+    from buffet.kernels import bnmf
+
+    beta, L, _ = true_parameters(args)
+    obs, held = heldout_thirds(store)
+    weights = location_weights(bnmf.TopicView(beta, beta.sum(axis=0)), L, obs)
+    ll, tokens = bnmf.completion_score(obs.indptr, obs.indices, held.data, weights, beta)
+    return ll / tokens
+
+
+def scored_passes(model: str, config, store: str, after: list[int]) -> dict:
+    """Fit ``model`` in this process for max(after) passes; the held-out score and the fit's CPU seconds
+    after each pass in ``after``."""
+    from buffet.pipeline.engine.dataset import source_of
+    from buffet.pipeline.engine.executor_choice import engine_on
+    from buffet.pipeline.reports import bnmf as bnmf_report
+    from buffet.pipeline.reports import cnmf as cnmf_report
+
+    make_driver = {"bnmf": bnmf_report.make_driver, "cnmf": cnmf_report.make_driver}[model]
+    driver = make_driver(config, source_of(store), engine_on(None))
+    driver.eval_rows = None
+    driver.start()
+    n_mb, cpu, out = len(driver.minibatches), 0.0, {}
+    for step in range(driver.total_steps()):
+        t0 = time.process_time()
+        driver.step(step)
+        cpu += time.process_time() - t0
+        if (step + 1) % n_mb == 0 and (step + 1) // n_mb in after:
+            out[(step + 1) // n_mb] = {"heldout_ll": heldout_ll(model, driver, store), "cpu_seconds": round(cpu, 2)}
+    return out
 
 
 def local_step_profile(driver, store: str, n_docs: int = 1000, top: int = 12) -> list[dict]:
@@ -135,14 +221,24 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--workdir", default="bench-data/cnmf", help="where the generated corpus and its store go")
     p.add_argument("--store", default=None, help="use this counts store (with a 'heldout' split) instead")
+    p.add_argument("--corpus", choices=("lda", "cnmf"), default="lda",
+                   help="draw the documents from LDA or from correlated NMF (with an oracle score)")
+    p.add_argument("--true-dims", type=int, default=20, help="--corpus cnmf: dimension m of the true locations")
+    p.add_argument("--true-scale", type=float, default=2.0,
+                   help="--corpus cnmf: typical norm of the true topic locations (l_k . u_d has this spread)")
+    p.add_argument("--score-after", default=None, metavar="PASSES",
+                   help="comma-separated passes after which to score, fitting in this process (e.g. 1,3,10)")
     p.add_argument("--docs", type=int, default=55000, help="documents generated, 1/11 of them held out")
     p.add_argument("--words", type=int, default=8000)
     p.add_argument("--length", type=float, default=300.0, help="mean tokens per generated document")
     p.add_argument("--k", type=int, default=100, help="topics fitted (and generated)")
     p.add_argument("--n-dims", type=int, default=50, help="CNMF: dimension m of the topic and document locations")
-    p.add_argument("--local-tol", type=float, default=1e-4,
-                   help="CNMF training: stop a document's Newton steps when u_d moves by less (held-out: 1e-6)")
+    p.add_argument("--local-tol", type=float, default=None,
+                   help="CNMF training: stop a document's Newton steps when u_d moves by less (default: the "
+                        "model's; held-out: 1e-6)")
     p.add_argument("--max-steps", type=int, default=50, help="CNMF training: Newton steps per document at most")
+    p.add_argument("--set", type=setting, action="append", default=[], metavar="NAME=VALUE",
+                   help="another CNMF setting (a CNMFConfig field, e.g. c0=250), repeatable")
     p.add_argument("--batch-size", type=int, default=1000)
     p.add_argument("--passes", type=int, default=1, help="SVI passes (the protocol: 1)")
     p.add_argument("--workers", type=int, default=2, help="thread workers of the embedded LocalCluster")
@@ -154,13 +250,26 @@ def main() -> None:
     p.add_argument("--tag", default="")
     args = p.parse_args()
     store = corpus_store(args)
+    if args.score_after:
+        after = [int(p) for p in args.score_after.split(",")]
+        args.passes = max(after)
+        head = {"bench": "cnmf_vs_bnmf", "tag": args.tag, "store": store, "k": args.k, "batch_size": args.batch_size,
+                "machine": machine()}
+        if args.corpus == "cnmf":
+            record(args.results, {**head, "model": "oracle", "heldout_ll": oracle_ll(args, store)})
+        for model in args.models.split(","):
+            scores = scored_passes(model, config_of(model, args), store, after)
+            record(args.results, {**head, "model": model, "set": dict(args.set) if model == "cnmf" else {},
+                                  **({"n_dims": args.n_dims} if model == "cnmf" else {}),
+                                  "after_passes": scores})
+        return
     for model in args.models.split(","):
         config = config_of(model, args)
         driver, out = timed_pass(model, config, store, args)
         out["heldout_ll"] = heldout_ll(model, driver, store)
         if model == "cnmf" and args.profile:
             out["local_step_profile"] = local_step_profile(driver, store)
-        record(args.results, {"bench": "cnmf_vs_bnmf", "model": model, "tag": args.tag, "store": store, "k": args.k,
+        record(args.results, {"bench": "cnmf_vs_bnmf", "model": model, "tag": args.tag, "set": dict(args.set), "store": store, "k": args.k,
                               "batch_size": args.batch_size, "workers": args.workers, "chunk_rows": config.chunk_rows,
                               **({"n_dims": args.n_dims} if model == "cnmf" else {}), **out, "machine": machine()})
 

@@ -34,7 +34,7 @@ other documents of its chunk, bit for bit.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Iterator, Mapping
+from typing import Callable, Iterator, Mapping
 
 import numpy as np
 import scipy.sparse as sp
@@ -46,6 +46,8 @@ from buffet.kernels import bnmf
 ARMIJO = 1e-4  # sufficient-increase constant of the backtracking line searches
 EXACTNESS = (1.0, 0.9, 0.8, 0.6, 0.3, 0.0)  # fractions of the missing information tried (newton_directions)
 FLAT = 1e-10  # a local Newton step whose predicted rise g.direction is below FLAT |f_d| is taken whole
+LOOP_ENTRIES = 4096  # a document with at least this many gathered entries (words x K) has phi summed by its own
+#                     matrix-vector product (``word_sums``); smaller ones share one vectorised product
 SLICE_DOCS = 128  # documents fitted together; bounds their gathered (nonzeros x K) rows, ~30 MB at K = 100
 TOPIC_STEP_HALVINGS = 30  # candidate step sizes 1, 1/2, ..., 2^-30 of the batch l_k line search
 Stats = Mapping[str, np.ndarray]  # summed LocalResult.statistics()
@@ -169,12 +171,32 @@ def _per_doc(a: np.ndarray, M: np.ndarray) -> np.ndarray:
     return np.matmul(a[:, None, :], M)[:, 0, :]
 
 
+def word_sums(docs: Docs, scaled: np.ndarray) -> np.ndarray:
+    """phi_v = sum_k exp(E ln beta_vk) w'_kd of every nonzero: for a document with at least LOOP_ENTRIES gathered
+    entries, one matrix-vector product of its own (gathering w'_d for each of its words costs more than the
+    product); for the smaller ones, one row-wise product over all of them. Which way a document goes depends on
+    its own size only, and either way its phi is computed from its own rows, so it does not depend on the
+    documents beside it."""
+    sizes = np.diff(docs.indptr)
+    looped = sizes * docs.words.shape[1] >= LOOP_ENTRIES
+    if not looped.any():
+        return np.einsum("nk,nk->n", docs.words, scaled[docs.rows])
+    phi = np.empty(len(docs.counts))
+    if not looped.all():
+        at = np.flatnonzero(~looped[docs.rows])
+        phi[at] = np.einsum("nk,nk->n", docs.words[at], scaled[docs.rows[at]])
+    for d in np.flatnonzero(looped):
+        lo, hi = docs.indptr[d], docs.indptr[d + 1]
+        phi[lo:hi] = docs.words[lo:hi] @ scaled[d]
+    return phi
+
+
 def _doc_state(docs: Docs, view: bnmf.TopicView, L: np.ndarray, U: np.ndarray, with_p: bool = True) -> _DocState:
     """f_d(u_d) (module docstring) and, with ``with_p``, alpha_d (eq. 11.32), w_kd and n_kd with p^(vd)
     as in Bayesian NMF with E ln theta replaced by ln w."""
     z = _per_doc(U, L.T)
     scaled = np.exp(z - z.max(axis=1, keepdims=True, initial=-np.inf))
-    phi = np.einsum("nk,nk->n", docs.words, scaled[docs.rows])
+    phi = word_sums(docs, scaled)
     n_docs = len(docs.length)
     mass = np.einsum("nk,k->n", scaled, view.beta_sum)  # per row: a matrix-vector product rounds by position
     f = (_rowsum(docs.rows, xlogy(docs.counts, phi), n_docs) - docs.length * np.log(mass) + docs.constant
@@ -204,6 +226,27 @@ def doc_gradient(state: _DocState, view: bnmf.TopicView, L: np.ndarray, U: np.nd
     return _per_doc(state.n - view.beta_sum * state.w, L) - U
 
 
+def _gram(weights: np.ndarray, L: np.ndarray) -> np.ndarray:
+    """sum_k v_kd l_k l_k^T per document, for the rows v_d of ``weights`` (one product per document)."""
+    return np.matmul(weights[:, None, :] * L.T[None, :, :], L)
+
+
+def _profiled_curvature(weights: np.ndarray, w: np.ndarray, view: bnmf.TopicView, L: np.ndarray) -> np.ndarray:
+    """I + sum_k v_kd l_k l_k^T - a_d a_d^T / N_d per document, a_d = sum_k B_k w_kd l_k: the curvature of the
+    bound at fixed p^(vd) with alpha_d profiled out when v = B w (``bound_precision``), and the part of the exact
+    one without the words' term when v = B w - n (``exact_precision``)."""
+    bw = view.beta_sum * w
+    a = _per_doc(bw, L)
+    length = bw.sum(axis=1)
+    inv = np.divide(1.0, length, out=np.zeros_like(length), where=length > 0)
+    return _gram(weights, L) + np.eye(L.shape[1]) - inv[:, None, None] * a[:, :, None] * a[:, None, :]
+
+
+def _bound_curvature(w: np.ndarray, view: bnmf.TopicView, L: np.ndarray) -> np.ndarray:
+    """``bound_precision`` of the documents with weights ``w`` (rows w_d)."""
+    return _profiled_curvature(view.beta_sum * w, w, view, L)
+
+
 def bound_precision(state: _DocState, view: bnmf.TopicView, L: np.ndarray) -> np.ndarray:
     """Minus the Hessian in u_d of the bound at fixed p^(vd) with alpha_d at its optimum, per document:
 
@@ -212,12 +255,21 @@ def bound_precision(state: _DocState, view: bnmf.TopicView, L: np.ndarray) -> np
     I plus N_d times the covariance of l_k under q_k propto B_k w_kd, so positive definite. (The first
     two terms alone are the curvature with alpha_d held fixed as well.)
     """
-    bw = view.beta_sum * state.w
-    a = _per_doc(bw, L)
-    length = bw.sum(axis=1)
-    inv = np.divide(1.0, length, out=np.zeros_like(length), where=length > 0)
-    second = np.matmul(bw[:, None, :] * L.T[None, :, :], L)
-    return second + np.eye(L.shape[1]) - inv[:, None, None] * a[:, :, None] * a[:, None, :]
+    return _bound_curvature(state.w, view, L)
+
+
+def exact_precision(docs: Docs, state: _DocState, view: bnmf.TopicView, L: np.ndarray) -> np.ndarray:
+    """Minus the exact Hessian of f_d per document: ``bound_precision`` less the missing information
+    sum_v X_dv Cov_{p^(vd)}(l) = sum_k n_kd l_k l_k^T - sum_v X_dv y_v y_v^T (y_v = sum_k p_k^(vd) l_k), which
+    says how much less curved f_d is than the bound at fixed p^(vd); assembled with one sum over the topics,
+
+        I + sum_k (B_k w_kd - n_kd) l_k l_k^T - a_d a_d^T / N_d + sum_v X_dv y_v y_v^T.
+
+    It is not positive definite everywhere, as f_d is a log-sum-exp of l_k . u_d, convex in u_d, minus another
+    plus the log prior.
+    """
+    return (_profiled_curvature(view.beta_sum * state.w - state.n, state.w, view, L)
+            + word_informations(docs, state, L))
 
 
 def _information_through_locations(words: np.ndarray, scaled: np.ndarray, weight: np.ndarray,
@@ -245,23 +297,15 @@ def word_information(words: np.ndarray, scaled: np.ndarray, weight: np.ndarray, 
     return _information_through_locations(words, scaled, weight, L)
 
 
-def missing_information(docs: Docs, state: _DocState, L: np.ndarray) -> np.ndarray:
-    """sum_v X_dv Cov_{p^(vd)}(l) per document: how much less curved f_d is than the bound at fixed p^(vd)
-    (positive semi-definite; minus the exact Hessian of f_d is ``bound_precision`` minus this, and is not
-    positive definite everywhere, as f_d is a log-sum-exp of l_k . u_d, convex in u_d, minus another
-    plus the log prior),
-
-        sum_k n_kd l_k l_k^T - sum_v X_dv y_v y_v^T,   y_v = sum_k p_k^(vd) l_k.
-
-    The last term is ``word_information``, per document in a loop, so a document's numbers do not depend
-    on the other documents it is fitted with (one product over many documents rounds a row differently
-    depending on its position).
-    """
-    out = np.matmul(state.n[:, None, :] * L.T[None, :, :], L)
+def word_informations(docs: Docs, state: _DocState, L: np.ndarray) -> np.ndarray:
+    """``word_information`` of every document, one document at a time, so a document's numbers do not
+    depend on the other documents it is fitted with (one product over many documents rounds a row
+    differently depending on its position)."""
+    out = np.empty((len(docs.length), L.shape[1], L.shape[1]))
     weight = state.ratio / state.phi  # X_dv / phi^2, as p^(vd) = exp(E ln beta_v) w'_d / phi
     for d in range(len(docs.length)):
         lo, hi = docs.indptr[d], docs.indptr[d + 1]
-        out[d] -= word_information(docs.words[lo:hi], state.scaled[d], weight[lo:hi], L)
+        out[d] = word_information(docs.words[lo:hi], state.scaled[d], weight[lo:hi], L)
     return out
 
 
@@ -271,18 +315,23 @@ def positive_definite(matrices: np.ndarray) -> np.ndarray:
     return np.array([dpotrf(matrix, lower=1)[1] == 0 for matrix in matrices], dtype=bool)
 
 
-def newton_directions(bound: np.ndarray, missing: np.ndarray, grad: np.ndarray) -> np.ndarray:
-    """Per document, P^-1 grad with P = bound - c missing for the first c of EXACTNESS whose P is positive
-    definite: the exact Hessian (c = 1) where f_d is concave, else part of the way to the bound's curvature
-    (c = 0, always positive definite), so every direction ascends."""
-    chosen, left = bound.copy(), np.arange(len(grad))
-    for c in EXACTNESS[:-1]:
+def newton_directions(exact: np.ndarray, bound: Callable[[np.ndarray], np.ndarray], grad: np.ndarray) -> np.ndarray:
+    """Per document, P^-1 grad with P = c exact + (1 - c) bound (the bound's curvature less c times the
+    missing information, ``exact_precision``) for the first c of EXACTNESS whose P is positive definite: the
+    exact Hessian (c = 1) where f_d is concave, else part of the way to the bound's curvature (c = 0, always
+    positive definite), so every direction ascends. ``bound``
+    gives the bound's curvature of the documents it is passed, and is asked only for those whose exact
+    Hessian is not negative definite (near a maximum, none)."""
+    chosen, left, fallback = exact.copy(), np.arange(len(grad)), None
+    for c in EXACTNESS:
+        if fallback is None and c < 1.0:
+            fallback = bound(left)
+        trial = exact[left] if fallback is None else c * exact[left] + (1.0 - c) * fallback
+        ok = positive_definite(trial) if c > 0 else np.ones(len(left), dtype=bool)
+        chosen[left[ok]] = trial[ok]
+        left, fallback = left[~ok], None if fallback is None else fallback[~ok]
         if not len(left):
             break
-        trial = bound[left] - c * missing[left]
-        ok = positive_definite(trial)
-        chosen[left[ok]] = trial[ok]
-        left = left[~ok]
     return np.linalg.solve(chosen, grad[:, :, None])[:, :, 0]
 
 
@@ -291,7 +340,7 @@ def newton_step(docs: Docs, view: bnmf.TopicView, L: np.ndarray, U: np.ndarray,
     """One Newton step on every u_d with a backtracking (Armijo) line search on f_d.
 
     The direction H^-1 g uses the gradient of f_d (``doc_gradient``, exact since p^(vd) and alpha_d
-    are at their optima) and the exact Hessian (``bound_precision`` - ``missing_information``) where
+    are at their optima) and the exact Hessian (``exact_precision``) where
     it is negative definite, so the steps converge quadratically near a maximum; elsewhere a curvature
     between it and the bound's at fixed p^(vd) (``newton_directions``). The step is halved until f_d
     rises by ARMIJO x step x g.direction, and a document with no such step stays where it is. A step whose
@@ -302,7 +351,8 @@ def newton_step(docs: Docs, view: bnmf.TopicView, L: np.ndarray, U: np.ndarray,
     Returns the new locations and the state there (the accepted trials', not computed again).
     """
     grad = doc_gradient(state, view, L, U)
-    direction = newton_directions(bound_precision(state, view, L), missing_information(docs, state, L), grad)
+    direction = newton_directions(exact_precision(docs, state, view, L),
+                                  lambda some: _bound_curvature(state.w[some], view, L), grad)
     slope = np.einsum("nm,nm->n", grad, direction)
     flat = slope <= FLAT * np.maximum(1.0, np.abs(state.f))
     step = np.zeros(len(U))

@@ -155,7 +155,7 @@ def test_document_gradient_and_hessians_equal_finite_differences():
     state = cnmf._doc_state(docs, view, L, U)
     grad = cnmf.doc_gradient(state, view, L, U)
     bound = cnmf.bound_precision(state, view, L)
-    precision = bound - cnmf.missing_information(docs, state, L)  # minus the exact Hessian
+    precision = cnmf.exact_precision(docs, state, view, L)  # minus the exact Hessian
     assert (np.linalg.eigvalsh(precision)[:, 0] < 0).any() and (np.linalg.eigvalsh(precision)[:, 0] > 0).any()
     # Central differences: step 1e-5 for the gradient (rounding |f| ulp / eps ~ 1e-9); 1e-4 for the second
     # differences, whose rounding |f| ulp / eps^2 would be ~1e-4 at 1e-5 (truncation ~1e-7 at 1e-4).
@@ -332,12 +332,33 @@ def test_completion_scores_held_thirds_with_the_fitted_weights():
     np.testing.assert_allclose(ll, expected, rtol=1e-10)
 
 
+def _loop_half_the_documents(monkeypatch, X, n_topics):
+    """Set cnmf.LOOP_ENTRIES so that about half of the documents of X sum phi by their own product."""
+    monkeypatch.setattr(cnmf, "LOOP_ENTRIES", int(np.median(np.diff(X.indptr))) * n_topics)
+
+
+def test_word_sums_are_the_same_per_document_or_shared(monkeypatch):
+    X, hyper, g, h, L, prior, rng = _setup(seed=10)
+    view = bnmf.TopicView.from_params(g, h)
+    docs, scaled = _docs(X, view, L), rng.random((X.shape[0], L.shape[0]))
+    expected = np.array([view.exp_elog_beta[X.indices[i]] @ scaled[d]
+                         for d in range(X.shape[0]) for i in range(X.indptr[d], X.indptr[d + 1])])
+    for entries in (0, None, 10**9):  # every document by its own product, about half, none
+        if entries is None:
+            _loop_half_the_documents(monkeypatch, X, L.shape[0])
+        else:
+            monkeypatch.setattr(cnmf, "LOOP_ENTRIES", entries)
+        np.testing.assert_allclose(cnmf.word_sums(docs, scaled), expected, rtol=1e-14)
+
+
 def test_locations_do_not_depend_on_how_the_documents_are_grouped(monkeypatch):
     """u_d and the steps taken are the same bit for bit whether a document is fitted in one chunk, in a chunk
-    cut elsewhere, or in slices of another size (the engine's chunking and workers must not change fits)."""
+    cut elsewhere, or in slices of another size (the engine's chunking and workers must not change fits), with
+    some documents summing phi by their own product and some by the shared one (``cnmf.word_sums``)."""
     X, hyper, g, h, L, prior, _ = _setup(seed=8, n_docs=60)
     view = bnmf.TopicView.from_params(g, h)
     settings = cnmf.LocalSettings(1e-6, 30)
+    _loop_half_the_documents(monkeypatch, X, L.shape[0])
     whole = cnmf.local_step(X.indptr, X.indices, X.data, view, 2 * L, settings, with_stats=False)
     monkeypatch.setattr(cnmf, "SLICE_DOCS", 7)
     parts = [cnmf.local_step(Y.indptr, Y.indices, Y.data, view, 2 * L, settings, with_stats=False)
