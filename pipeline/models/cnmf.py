@@ -35,8 +35,9 @@ class CNMFConfig(TopicModelConfig):
 
     The topic prior defaults to Bayesian NMF's c0 = 0.5 V (``models.bnmf.BNMFConfig`` says why), not the
     paper's 0.05 V: q(beta) is the same here, and so is the sharpening of mean-field VB under a prior shape
-    far below one. On documents drawn from correlated NMF itself the paper's value scored below Bayesian NMF
-    held out, after one pass and after ten, and 0.5 V above it (docs/performance.md).
+    far below one. On documents drawn from correlated NMF itself, under the paper's value the held-out score fell
+    from three passes to ten, to below Bayesian NMF's; under 0.5 V it rose, above Bayesian NMF's after one, three
+    and ten passes (docs/performance.md).
 
     Why a document's Newton steps stop once u_d moves by less than 0.01 (``local_tol``) and not 1e-4: the steps
     converge quadratically, so after the step that moves u_d by less than 0.01 it is within a few times 1e-4 of
