@@ -27,10 +27,11 @@ tomotopy ``workers=1``), seed = split:
   the iterations.
 
 Equal wall time: in each (corpus, K, split) the budget is the longest of the four default fits' wall times, so
-no system gets less than its defaults take; every other system's passes (iterations) are scaled from its own
-default fit, n = max(1, round(n_default * budget / seconds_default)), and its fit is run again; the system
-whose default set the budget keeps its default fit. Only the training call is timed (not loading,
-tokenising or scoring); CPU seconds of this process are recorded beside the wall time.
+no system gets less than its defaults take (``--budget-scales 5``: five times that); every other system's
+passes (iterations) are scaled from its own default fit to the budget, then corrected up to twice along the
+line through the last two (passes, seconds) points until a fit lands within ``BUDGET_SLACK`` of the budget
+(``equal_time_fit``); the system whose default set the budget keeps its default fit. Only the training call
+is timed (not loading, tokenising or scoring); CPU seconds of this process are recorded beside the wall time.
 
 Held-out score (benchmarks/common.py): each held-out document's tokens go into thirds (``thirds``); topic
 weights are fitted on two thirds with the topics fixed, by each system's own inference (Bayesian NMF's local
@@ -40,6 +41,7 @@ mixture weights with tomotopy's fitted alpha as pseudocounts; ``mixture_loglik``
 Coherence: ``topic_npmi`` of each topic's 10 most probable words, documents counted on the held-out documents.
 
     OPENBLAS_NUM_THREADS=1 python benchmarks/real_corpora_peers.py scores --out benchmarks/results/real_corpora_peers.jsonl
+    OPENBLAS_NUM_THREADS=1 python benchmarks/real_corpora_peers.py scores --out FILE --ks 20 --budget-scales 5 --splits 0 1 2
     python benchmarks/real_corpora_peers.py table benchmarks/results/real_corpora_peers.jsonl
 """
 
