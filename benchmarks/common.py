@@ -261,3 +261,25 @@ def panel_commands(description: str, members: list[str],
     show = sub.add_parser("table")
     show.add_argument("results", type=Path)
     return parser, scores, show
+
+
+def topic_npmi(top_words: np.ndarray, docs: sp.csr_matrix) -> np.ndarray:
+    """Coherence of each topic (row of ``top_words``, word ids): the mean over its pairs of words of the
+    normalised pointwise mutual information NPMI(i, j) = log(p_ij / (p_i p_j)) / -log p_ij, where p_i is the
+    share of the documents of ``docs`` that hold word i and p_ij the share that hold both. A pair no document
+    holds together counts -1 (the limit as p_ij -> 0); a pair every document holds counts 1."""
+    present = (docs > 0).astype(np.float64).tocsc()
+    n_docs = docs.shape[0]
+    out = np.empty(len(top_words))
+    for t, words in enumerate(np.asarray(top_words)):
+        cols = present[:, words]
+        p = np.asarray(cols.sum(axis=0)).ravel() / n_docs
+        joint = (cols.T @ cols).toarray() / n_docs
+        i, j = np.triu_indices(len(words), k=1)
+        pij = joint[i, j]
+        with np.errstate(divide="ignore", invalid="ignore"):
+            npmi = np.log(pij / (p[i] * p[j])) / -np.log(pij)
+        npmi[pij == 0] = -1.0
+        npmi[pij == 1] = 1.0
+        out[t] = npmi.mean()
+    return out
