@@ -21,7 +21,8 @@ Inside a sweep Z has spare all-zero columns; they do not change p(X | Z) (each c
 sigma_X^D sigma_A^-D r^{-D/2} = 1 to eq. 6) and give new features a place without reallocation.
 After the rows, optional split-merge Metropolis-Hastings moves (``split_merge``; Meeds et al.
 2007, paper 003) split one feature into two or merge two into one, which single-entry Gibbs
-updates can only do through unlikely intermediate states. Then alpha, sigma_X and sigma_A are
+updates can only do through unlikely intermediate states (``exchange``, which divides the rows of two
+features between them afresh, serves the particle filter's moves). Then alpha, sigma_X and sigma_A are
 resampled exactly: alpha from its conjugate Gamma, the sigmas by drawing A from its Gaussian
 posterior and then the noise and feature precisions from their conjugate Gammas (A is then
 discarded).
@@ -476,6 +477,45 @@ def split_merge(X: np.ndarray, Z: np.ndarray, alpha: float, sigma_x: float, sigm
                  - collapsed_log_likelihood(X, merged, sigma_x, sigma_a) - log_q)
     accept = rng.random() < math.exp(min(0.0, log_ratio if k == l else -log_ratio))
     return (split if k == l else merged) if accept else Z
+
+
+def exchange(X: np.ndarray, Z: np.ndarray, sigma_x: float, sigma_a: float, rng: np.random.Generator) -> np.ndarray:
+    """One exchange Metropolis-Hastings move on Z (N x K+, bool), exact for P([Z]) p(X | Z) (eqs. 2, 6): the rows
+    of two features are divided between them afresh, K+ unchanged.
+
+    It undoes a wrong basis that neither single entries nor ``split_merge`` can leave in one step, e.g. the
+    columns "T or R" and "T but not R" where the data hold T and R (a move of 100 entries or more). An ordered
+    pair of rows i != j is drawn uniformly, then a feature k of row i and a feature l != k of row j, uniformly
+    (k = l: nothing is proposed). Rows i and j keep their entries; the other rows of k or l are allocated
+    afresh to k only, l only or both by ``_allocate`` (k as a, l as b), in a random order. The choices of i, j,
+    k, l and the order have the same probability from the proposed Z (i and j keep their features), so with
+    the allocation probabilities q of the proposed and the current columns and f of ``_log_feature_prior``
+    log R = log f(m'_k) + log f(m'_l) - log f(m_k) - log f(m_l) + log p(X | Z') - log p(X | Z)
+            + log q(current) - log q(proposed),
+    accepted with probability min(1, R). Returns the new Z.
+    """
+    n = X.shape[0]
+    if n < 2:
+        return Z
+    i, j = rng.choice(n, size=2, replace=False)
+    own_i, own_j = np.flatnonzero(Z[i]), np.flatnonzero(Z[j])
+    if not own_i.size or not own_j.size:
+        return Z
+    k, l = int(rng.choice(own_i)), int(rng.choice(own_j))
+    if k == l:
+        return Z
+    cols = (k, l)
+    rows = rng.permutation(np.flatnonzero(Z[:, cols].any(axis=1) & (np.arange(n) != i) & (np.arange(n) != j)))
+    start = Z.astype(np.float64)
+    start[np.ix_(rows, cols)] = 0.0
+    given = Z[rows][:, cols].astype(np.int64) @ np.array([1, 2]) - 1   # k only 0, l only 1, both 2
+    log_q_current = _allocate(X, start.copy(), cols, rows, sigma_x, sigma_a, rng, given)
+    log_q_proposed = _allocate(X, start, cols, rows, sigma_x, sigma_a, rng)
+    proposed = start > 0
+    log_ratio = (_log_feature_prior(proposed[:, cols].sum(axis=0), n) - _log_feature_prior(Z[:, cols].sum(axis=0), n)
+                 + collapsed_log_likelihood(X, proposed, sigma_x, sigma_a)
+                 - collapsed_log_likelihood(X, Z, sigma_x, sigma_a) + log_q_current - log_q_proposed)
+    return proposed if rng.random() < math.exp(min(0.0, log_ratio)) else Z
 
 
 def sample_features(X: np.ndarray, Z: np.ndarray, sigma_x: float, sigma_a: float,

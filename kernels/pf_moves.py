@@ -12,8 +12,11 @@ gets MCMC moves whose stationary law is its target, the posterior of the t rows 
   the sampler), then of every entry of Y;
 * linear-Gaussian, P(Z_1:t | X_1:t) with A integrated out: the collapsed Gibbs updates
   (``gibbs_linear_gaussian.gibbs_rows``) of ``rows`` past rows of Z picked at random, singletons
-  re-drawn the same way (with missing entries, given values imputed from the particle's posterior);
-  the particle's posterior of A (M, S) is then recomputed for the new Z.
+  re-drawn the same way (with missing entries, given values imputed from the particle's posterior), then
+  ``feature_moves`` pairs of a split-merge and an exchange move (``gibbs_linear_gaussian.split_merge`` and
+  ``exchange``), which change whole features: a particle whose early rows merged two features, or made a
+  wrong basis of them, cannot leave that by single entries; the particle's posterior of A (M, S) is then
+  recomputed for the new Z.
 
 Each update leaves that posterior invariant, so the weighted particles stay a valid sample, now with a
 past that reflects every row seen.
@@ -25,7 +28,7 @@ import dataclasses
 
 import numpy as np
 
-from .gibbs_linear_gaussian import LGGibbsState, feature_posterior, gibbs_rows
+from .gibbs_linear_gaussian import LGGibbsState, exchange, feature_posterior, gibbs_rows, split_merge
 from .gibbs_noisy_or import gibbs_row, sample_y
 from .ibp_prior import Block, feature_capacity, new_feature_log_prior
 from .lg_particles import LGParticles
@@ -81,8 +84,20 @@ def impute_missing(X: np.ndarray, observed: np.ndarray, Z: np.ndarray, M: np.nda
     return np.where(observed, X, Z @ A + sigma_x * rng.standard_normal(X.shape))
 
 
+def moved_z(X: np.ndarray, state: LGGibbsState, rows: int, feature_moves: int, max_new: int,
+            rng: np.random.Generator) -> np.ndarray:
+    """Z (t x K+) after the Gibbs updates of ``rows`` random rows and then ``feature_moves`` pairs of a split-merge
+    and an exchange move, given the complete rows X (t x D) seen so far (module docstring)."""
+    Z = gibbs_rows(X, state, past_rows(X.shape[0], rows, rng), max_new, rng)
+    for _ in range(feature_moves):
+        Z = split_merge(X, Z, state.alpha, state.sigma_x, state.sigma_a, rng)
+        Z = exchange(X, Z, state.sigma_x, state.sigma_a, rng)
+    return Z
+
+
 def move_lg_particle(X: np.ndarray, observed: np.ndarray | None, Z: np.ndarray, alpha: float, sigma_x: float,
-                     sigma_a: float, rows: int, max_new: int, rng: np.random.Generator) -> dict[str, np.ndarray]:
+                     sigma_a: float, rows: int, feature_moves: int, max_new: int,
+                     rng: np.random.Generator) -> dict[str, np.ndarray]:
     """One linear-Gaussian particle's move (module docstring): Z (t x K+, no empty column) given the rows X
     (t x D) seen so far; returns the new {"Z", "M", "S"} (S: 1 x K+ x K+ shared, or D x K+ x K+ per column).
 
@@ -91,17 +106,18 @@ def move_lg_particle(X: np.ndarray, observed: np.ndarray | None, Z: np.ndarray, 
     values dropped, which keeps P(Z | X_observed) invariant."""
     state = LGGibbsState(Z, alpha, sigma_x, sigma_a)
     if observed is None:
-        Z = gibbs_rows(X, state, past_rows(X.shape[0], rows, rng), max_new, rng)
+        Z = moved_z(X, state, rows, feature_moves, max_new, rng)
         W_inv, M, _ = feature_posterior(Z, X, sigma_x, sigma_a)
         return {"Z": Z, "M": M, "S": sigma_x ** 2 * W_inv[None]}
     filled = impute_missing(X, observed, Z, *column_posteriors(Z, X, observed, sigma_x, sigma_a), sigma_x, rng)
-    Z = gibbs_rows(filled, state, past_rows(X.shape[0], rows, rng), max_new, rng)
+    Z = moved_z(filled, state, rows, feature_moves, max_new, rng)
     M, S = column_posteriors(Z, X, observed, sigma_x, sigma_a)
     return {"Z": Z, "M": M, "S": S}
 
 
 def move_lg_particles(block: LGParticles, X: np.ndarray, observed: np.ndarray | None, alpha: float, sigma_x: float,
-                      sigma_a: float, rows: int, rng: np.random.Generator, max_new: int = 4) -> LGParticles:
+                      sigma_a: float, rows: int, rng: np.random.Generator, max_new: int = 4,
+                      feature_moves: int = 0) -> LGParticles:
     """Every particle of ``block`` moved (``move_lg_particle``) given the first ``block.n_rows`` rows of X (all
     rows, N x D; ``observed`` N x D, with a block of one S per column (``init_lg_particles(per_column=True)``),
     or None); feature axes re-packed to the new K+."""
@@ -109,7 +125,8 @@ def move_lg_particles(block: LGParticles, X: np.ndarray, observed: np.ndarray | 
     seen = np.asarray(X[:t], np.float64)
     seen_observed = None if observed is None else np.asarray(observed[:t], bool)
     return pack_particles(block, [move_lg_particle(seen, seen_observed, z[:t][:, m > 0], alpha, sigma_x, sigma_a,
-                                                   rows, max_new, rng) for z, m in zip(block.Z, block.m)])
+                                                   rows, feature_moves, max_new, rng)
+                                  for z, m in zip(block.Z, block.m)])
 
 
 def pack_particles(block: Block, particles: list[dict[str, np.ndarray]]) -> Block:

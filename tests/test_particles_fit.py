@@ -146,6 +146,9 @@ def test_more_blocks_than_particles_and_bad_settings_are_handled(tmp_path, store
     with pytest.raises(UserError, match="moves must be >= 0"):
         fit_run("pf-noisy-or", source_of(stores["pf-noisy-or"]), tmp_path / "bad-moves",
                 NoisyORParticleConfig(moves=-1), ProcessEngine(), quiet=True)
+    with pytest.raises(UserError, match="feature_moves must be >= 0"):
+        fit_run("pf-linear-gaussian", source_of(stores["pf-linear-gaussian"]), tmp_path / "bad-feature-moves",
+                LGParticleConfig(feature_moves=-1), ProcessEngine(), quiet=True)
     with pytest.raises(UserError, match="proposal must be one of prior, guided"):
         fit_run("pf-linear-gaussian", source_of(stores["pf-linear-gaussian"]), tmp_path / "bad-proposal",
                 LGParticleConfig(proposal="optimal"), ProcessEngine(), quiet=True)

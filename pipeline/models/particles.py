@@ -123,12 +123,19 @@ class LGParticleConfig(ParticleConfig):
                                      "'guided' (weighs each existing feature by how well it explains x_i; it had the "
                                      "lower error at equal time on the paper's images).")
     moves: int = option(10, MOVES_HELP + " The default 10 had the lower error at equal time on the four-image data.")
+    feature_moves: int = option(1, "Metropolis-Hastings moves on whole features per particle in each resample-move, "
+                                   "after its Gibbs updates (>= 0; used only with --moves > 0): each is a split-merge "
+                                   "move (one feature split in two, or two merged) and an exchange move (the rows of "
+                                   "two features divided between them afresh). They undo merged features and wrong "
+                                   "combinations of features, which the row updates rarely leave.")
 
     BLOCK_CLS: ClassVar[type] = LGParticles
 
     def check(self) -> None:
         super().check()
         require_positive(self, ("sigma_x", "sigma_a"))
+        if self.feature_moves < 0:
+            raise UserError(f"feature_moves must be >= 0, got {self.feature_moves}")
         if self.proposal not in PROPOSALS:
             raise UserError(f"proposal must be one of {', '.join(PROPOSALS)}, got {self.proposal!r}")
 
@@ -145,7 +152,8 @@ class LGParticleConfig(ParticleConfig):
 
     def move(self, block: LGParticles, X: np.ndarray, observed: np.ndarray | None,
              rng: np.random.Generator) -> LGParticles:
-        return move_lg_particles(block, X, observed, self.alpha, self.sigma_x, self.sigma_a, self.moves, rng)
+        return move_lg_particles(block, X, observed, self.alpha, self.sigma_x, self.sigma_a, self.moves, rng,
+                                 feature_moves=self.feature_moves)
 
 
 @dataclass
