@@ -6,8 +6,8 @@ fitted by the engine's driver with the offsets candidate the reproduction offers
 or none (``--no-offsets``), no validation choice (``select="none"``), K+ capped at ``--max-k``. Prints
 K+ and held-out NMAE per model and repeat, and the means.
 
-The evidence curve (repeat 0): for K = 1..``--max-k``, INMF started at q(z) = the first K columns of IMF's
-converged E[Z] on that repeat (features that work for the signed model), the cap at K, so the search
+The evidence curve (repeat 0): for K = 1 up to IMF's K+ on that repeat, INMF started at q(z) = the first
+K columns of IMF's converged E[Z] (features that work for the signed model), the cap at K, so the search
 does not grow further; the line gives the K+ it converged to (pruning may drop started features) and
 its evidence beside the K+ = 0 evidence.
 
