@@ -10,6 +10,7 @@ import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
+import dask
 import numpy as np
 import pytest
 import scipy.sparse as sp
@@ -19,6 +20,19 @@ from buffet.data.ibp_synthetic import image_data, noisy_or_data
 from buffet.data.splits import add_split, holdout_rows
 from buffet.data.synthetic import bnmf_corpus
 from helpers import unused_port
+
+# Dask's own background sampling, for a dashboard nobody watches here: each worker's profiler samples its
+# threads every 10 ms, every process reads its CPU and memory use every 0.5 s, every nanny and worker its
+# memory every 0.1 s. The suite keeps a few clusters open for its whole run (``clients`` below) while other
+# tests run beside them; this cuts their CPU use when idle by about a third. Set in the environment, so the
+# commands and the hand-started `dask worker` processes of the tests get it too; nothing a test checks
+# depends on it.
+QUIET_DASK = {"DASK_DISTRIBUTED__WORKER__PROFILE__ENABLED": "False",
+              "DASK_DISTRIBUTED__ADMIN__SYSTEM_MONITOR__INTERVAL": "5s",
+              "DASK_DISTRIBUTED__WORKER__MEMORY__MONITOR_INTERVAL": "1s"}
+for _name, _value in QUIET_DASK.items():
+    os.environ.setdefault(_name, _value)
+dask.config.refresh()
 
 
 @pytest.fixture(scope="session")

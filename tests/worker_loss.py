@@ -43,7 +43,7 @@ from buffet.data.bmf_data import bars_data
 from buffet.data.ibp_synthetic import image_data, noisy_or_data
 from buffet.data.splits import add_split, holdout_entries, holdout_rows
 from buffet.data.synthetic import bnmf_corpus
-from buffet.pipeline.cli import build_parser, config_from_args
+from buffet.pipeline.cli import build_parser, config_from_args, main
 from buffet.pipeline.engine.dataset import source_of
 from buffet.pipeline.engine.process_executor import ProcessEngine
 from buffet.pipeline.engine.runs import fit_run
@@ -103,11 +103,6 @@ def start(*args: object) -> subprocess.Popen:
                             start_new_session=True, env={**os.environ, **CONNECT_TIMEOUT})
 
 
-def run_to_end(*args: object) -> None:
-    proc = subprocess.run(cli(*args), capture_output=True, text=True, timeout=300)
-    assert proc.returncode == 0, proc.stderr
-
-
 def wait_for_step(run: Path, proc: subprocess.Popen, step: int) -> None:
     """Until the run has a checkpoint of ``step`` or later; the fit must still be running then."""
     deadline = time.monotonic() + 120
@@ -164,5 +159,6 @@ def lost_workers_scenario(tmp_path: Path, stores: dict[str, Path], cluster: Hand
     gate.open()
     cluster.add_worker()
     cluster.wait_for_workers(1)
-    run_to_end("resume", run, "--scheduler", cluster.address, "--quiet")
+    # in this process (the command line's ``main``): what is tested here is the resumed run, not a new interpreter
+    assert main(["resume", str(run), "--scheduler", cluster.address, "--quiet"]) == 0
     assert_same(final_state(run), reference(tmp_path, fit))
