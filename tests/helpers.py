@@ -126,7 +126,7 @@ FAST = {
     "IMF": (lambda: IMF(max_k=3, chunk_rows=10, tol=1e-4, n_candidates=1), "real"),
     "INMF": (lambda: INMF(max_k=3, chunk_rows=10, tol=1e-4, n_candidates=1), "real"),
     "BinaryMF": (lambda: BinaryMF(sweeps=10, burn_in=5, panel_rows=8, panel_cols=16), "real"),
-    "LinearGaussianParticleFilter": (lambda: LinearGaussianParticleFilter(particles=40, blocks=2, sigma_x=0.5),
+    "LinearGaussianParticleFilter": (lambda: LinearGaussianParticleFilter(particles=40, blocks=2, sigma_x=0.5, feature_moves=0),
                                      "real"),
     "NoisyORParticleFilter": (lambda: NoisyORParticleFilter(particles=40, blocks=2, alpha=3.0), "binary"),
     "LinearGaussianGibbs": (lambda: LinearGaussianGibbs(sweeps=8, chains=2, split_merge_moves=1), "real"),
