@@ -412,11 +412,15 @@ def initial_globals(n_words: int, n_topics: int, n_tokens: float, n_docs: int, h
     """The prior plus Uniform(0, 1) noise scaled to the corpus size (paper 002, Sec. 11.6).
 
     The noise on g is scaled so each topic starts with about ``n_tokens / K`` pseudo-counts;
-    h starts as if every document gave each topic an expected weight of 1/K.
+    h starts as if every document gave each topic an expected weight of 1/K. g is built in place and h, whose
+    rows are all the same, is a read-only V x K view of one row: one V x K array in all.
     """
-    noise = rng.uniform(0.0, 1.0, size=(n_words, n_topics))
-    g = hyper.c0 / n_words + noise * (n_tokens / n_topics) / noise.sum(axis=0, keepdims=True)
-    h = np.full((n_words, n_topics), hyper.c0 + n_docs / n_topics)
+    g = rng.uniform(0.0, 1.0, size=(n_words, n_topics))
+    noise_sums = g.sum(axis=0, keepdims=True)
+    g *= n_tokens / n_topics
+    g /= noise_sums
+    g += hyper.c0 / n_words
+    h = np.broadcast_to(np.full(n_topics, hyper.c0 + n_docs / n_topics), (n_words, n_topics))
     return g, h
 
 
