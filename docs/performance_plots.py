@@ -36,6 +36,13 @@ STEP_PARTS_MS = {
     "a whole step, measured (200k pass)": (283, 318),
 }
 
+# The peers as the vocabulary grows (host vm, 2026-11-27, loaded): V -> documents/s and held-out LL per word.
+VOCAB = [8000, 25000, 50000, 100000]
+VOCAB_RATE = {"buffet": [1229, 1180, 1464, 1248], "scikit-learn": [220, 233, 180, 147],
+              "gensim LdaModel": [183, 194, 178, 194]}
+VOCAB_LL = {"buffet": [-7.462, -7.904, -8.055, -8.421], "scikit-learn": [-7.536, -8.162, -8.555, -8.741],
+            "gensim LdaModel": [-7.592, -8.073, -8.050, -8.109]}
+
 # IMF and INMF on the masked 100,000 x 1,000 matrix: steps spent at each K+ = 0..10, then on the refused 11th.
 IMF_STEPS = [2, 27, 73, 92, 71, 66, 70, 34, 18, 14, 16, 32]
 INMF_STEPS = [2, 18, 30, 57, 45, 73, 65, 63, 59, 32, 29, 33]
@@ -86,6 +93,23 @@ def plot_peers(path: Path) -> None:
     ax.set_xlabel("documents per second, one pass (K = 100, both cores)")
     ax.set_xlim(0, 4000)
     ax.legend(loc="lower right", frameon=False)
+    _save(fig, path)
+
+
+def plot_vocab(path: Path) -> None:
+    """Documents/s and held-out score of each system against the vocabulary size."""
+    fig, (rate, score) = plt.subplots(1, 2, figsize=(8, 3.2))
+    for name in VOCAB_RATE:
+        rate.plot(VOCAB, VOCAB_RATE[name], marker="o", label=name)
+        score.plot(VOCAB, VOCAB_LL[name], marker="o", label=name)
+    for ax in (rate, score):
+        ax.set_xscale("log")
+        ax.set_xticks(VOCAB, [f"{v // 1000}k" for v in VOCAB])
+        ax.set_xlabel("vocabulary size V")
+    rate.set_ylabel("documents per second, one pass")
+    rate.set_ylim(0, None)
+    score.set_ylabel("held-out log likelihood per word")
+    rate.legend(frameon=False)
     _save(fig, path)
 
 
@@ -169,6 +193,7 @@ def _save(fig, path: Path) -> None:
 def main() -> None:
     OUT.mkdir(exist_ok=True)
     plot_peers(OUT / "perf-peers.png")
+    plot_vocab(OUT / "perf-vocab.png")
     plot_step_budget(OUT / "perf-step-budget.png")
     plot_imf_steps(OUT / "perf-imf-steps.png")
     plot_samplers(OUT / "perf-samplers.png")
