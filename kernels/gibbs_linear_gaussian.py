@@ -21,8 +21,10 @@ Inside a sweep Z has spare all-zero columns; they do not change p(X | Z) (each c
 sigma_X^D sigma_A^-D r^{-D/2} = 1 to eq. 6) and give new features a place without reallocation.
 After the rows, optional split-merge Metropolis-Hastings moves (``split_merge``; Meeds et al.
 2007, paper 003) split one feature into two or merge two into one, which single-entry Gibbs
-updates can only do through unlikely intermediate states (``exchange``, which divides the rows of two
-features between them afresh, serves the particle filter's moves). Then alpha, sigma_X and sigma_A are
+updates can only do through unlikely intermediate states, and optional recombination moves
+(``recombine``) propose three columns in place of two that hold the same two features, or back
+(``exchange``, which divides the rows of two features between them afresh, serves the particle
+filter's moves). Then alpha, sigma_X and sigma_A are
 resampled exactly: alpha from its conjugate Gamma, the sigmas by drawing A from its Gaussian
 posterior and then the noise and feature precisions from their conjugate Gammas (A is then
 discarded).
@@ -518,6 +520,78 @@ def exchange(X: np.ndarray, Z: np.ndarray, sigma_x: float, sigma_a: float, rng: 
     return proposed if rng.random() < math.exp(min(0.0, log_ratio)) else Z
 
 
+def recombine(X: np.ndarray, Z: np.ndarray, alpha: float, sigma_x: float, sigma_a: float,
+              rng: np.random.Generator) -> np.ndarray:
+    """One recombination Metropolis-Hastings move on Z (N x K+, bool), exact for P([Z]) p(X | Z) (eqs. 2, 6):
+    three columns c, a, b become two, f and g, or back, in one of two forms drawn with probability 1/2.
+
+    It leaves the modes where two true features f and g are held as three columns, which neither single
+    entries nor split-merge or exchange moves leave through a likely state (docs/models/gibbs.md): the joint
+    form, where rows with both use a column c of their own (values f + g) beside an f-only column a and a
+    g-only column b (f = a | c, g = b | c); and the union form, where c holds the rows with either (values
+    f + g), a those with f only (values -g) and b those with g only (values -f) (f = c & ~b, g = c & ~a; rows
+    in a and b both hold neither). With probability 1/2 a column is to go: c uniformly of the K+ columns, then
+    {a, b} uniformly of the C(K+ - 1, 2) pairs of the others, and nothing is proposed unless a and b lie
+    outside c (joint form) or inside it (union form) and f and g are not empty. Otherwise a column is to come
+    from the pair {f, g}, drawn uniformly of the C(K+, 2) pairs: each of the m eligible rows (those of f & g
+    in the joint form, of neither in the union form) joins a set S with probability 1/2, and c = S,
+    a = f & ~S, b = g & ~S (joint) or c = f | g | S, a = f & ~g | S, b = g & ~f | S (union), c going last (as
+    all moves treat the columns exchangeably, the same as a uniform one of the K+ + 1 positions); nothing is
+    proposed if c, a or b is empty. The two maps are inverse, with proposal probabilities 1 / (4 K C(K - 1, 2))
+    for the removal from K columns and that times 2^-m for its reverse. With the prior of eq. 2 on
+    column-exchangeable matrices, alpha^K+ / K+! prod_k f(m_k) (``split_merge``), the removal has
+    log R = log K - log alpha - m log 2 + sum of log f(m_k) over f, g - the same over c, a, b
+            + log p(X | Z_two) - log p(X | Z_three),
+    accepted with probability min(1, R); an addition is its reverse, accepted with min(1, 1 / R).
+    Returns the new Z.
+    """
+    proposal = _recombination(X, Z, alpha, sigma_x, sigma_a, rng)
+    if proposal is None:
+        return Z
+    proposed, log_ratio = proposal
+    return proposed if rng.random() < math.exp(min(0.0, log_ratio)) else Z
+
+
+def _recombination(X: np.ndarray, Z: np.ndarray, alpha: float, sigma_x: float, sigma_a: float,
+                   rng: np.random.Generator) -> tuple[np.ndarray, float] | None:
+    """The proposal of ``recombine`` and its log acceptance ratio (log R of a removal, -log R of an addition);
+    None when nothing is proposed."""
+    n, k = Z.shape
+    remove, joint = rng.random() < 0.5, rng.random() < 0.5
+    if remove:
+        if k < 3:
+            return None
+        c = int(rng.integers(k))
+        pair = rng.choice(np.delete(np.arange(k), c), size=2, replace=False)
+        z_c, z_a, z_b = Z[:, c], Z[:, pair[0]], Z[:, pair[1]]
+        if ((z_a | z_b) & (z_c if joint else ~z_c)).any():
+            return None
+        f, g = (z_a | z_c, z_b | z_c) if joint else (z_c & ~z_b, z_c & ~z_a)
+        if not (f.any() and g.any()):
+            return None
+        three, two = Z, Z.copy()
+        two[:, pair[0]], two[:, pair[1]] = f, g
+        two = np.delete(two, c, axis=1)
+    else:
+        if k < 2:
+            return None
+        pair = rng.choice(k, size=2, replace=False)
+        f, g = Z[:, pair[0]], Z[:, pair[1]]
+        chosen = (f & g if joint else ~(f | g)) & (rng.random(n) < 0.5)
+        z_c, z_a, z_b = (chosen, f & ~chosen, g & ~chosen) if joint else (f | g | chosen, f & ~g | chosen,
+                                                                         g & ~f | chosen)
+        if not (z_c.any() and z_a.any() and z_b.any()):
+            return None
+        two, three = Z, np.column_stack([Z, z_c])
+        three[:, pair[0]], three[:, pair[1]] = z_a, z_b
+    eligible = np.sum(f & g if joint else ~(f | g))
+    log_ratio = (math.log(three.shape[1]) - math.log(alpha) - eligible * math.log(2.0)
+                 + _log_feature_prior(two.sum(axis=0), n) - _log_feature_prior(three.sum(axis=0), n)
+                 + collapsed_log_likelihood(X, two, sigma_x, sigma_a)
+                 - collapsed_log_likelihood(X, three, sigma_x, sigma_a))
+    return (two, log_ratio) if remove else (three, -log_ratio)
+
+
 def sample_features(X: np.ndarray, Z: np.ndarray, sigma_x: float, sigma_a: float,
                     rng: np.random.Generator) -> np.ndarray:
     """A ~ p(A | Z, X): columns N(W^{-1} Z^T x_d, sigma_X^2 W^{-1}) (the conjugate posterior behind eq. 6)."""
@@ -553,9 +627,11 @@ def _completed(X: np.ndarray, state: LGGibbsState, observed: np.ndarray | None) 
 
 def gibbs_sweep(X: np.ndarray, state: LGGibbsState, rng: np.random.Generator,
                 prior: LGHyperPrior = LGHyperPrior(), max_new: int = 6,
-                observed: np.ndarray | None = None, split_merge_moves: int = 0) -> LGGibbsState:
+                observed: np.ndarray | None = None, split_merge_moves: int = 0,
+                recombine_moves: int = 0) -> LGGibbsState:
     """One sweep of collapsed Gibbs over all rows, then ``split_merge_moves`` split-merge moves
-    (``split_merge``), then the hyperparameters and imputations.
+    (``split_merge``) and ``recombine_moves`` recombination moves (``recombine``), then the hyperparameters
+    and imputations.
 
     ``max_new`` truncates the number of new features per row; ``observed`` (N x D bool) marks the
     entries that are data (the others are imputed). Returns the new state.
@@ -564,6 +640,8 @@ def gibbs_sweep(X: np.ndarray, state: LGGibbsState, rng: np.random.Generator,
     Z = gibbs_rows(X, state, range(X.shape[0]), max_new, rng)
     for _ in range(split_merge_moves):
         Z = split_merge(X, Z, state.alpha, state.sigma_x, state.sigma_a, rng)
+    for _ in range(recombine_moves):
+        Z = recombine(X, Z, state.alpha, state.sigma_x, state.sigma_a, rng)
     state = replace(state, Z=Z)
     if prior.alpha is not None:
         state = replace(state, alpha=sample_alpha(state.Z.shape[1], X.shape[0], *prior.alpha, rng))

@@ -68,7 +68,8 @@ def test_chains_are_the_kernel_sampler_with_per_chain_streams_and_burn_in(tmp_pa
         state = config.initial_state(*X.shape)
         for s in range(10):
             state = lg_gibbs.gibbs_sweep(X, state, stream(9, "chain", c, s), max_new=config.max_new,
-                                         split_merge_moves=config.split_merge_moves)
+                                         split_merge_moves=config.split_merge_moves,
+                                         recombine_moves=config.recombine_moves)
             assert trace[s][f"k_plus_{c}"] == state.Z.shape[1]
         np.testing.assert_array_equal(chain.state.Z, state.Z)
         assert chain.state.sigma_x == state.sigma_x

@@ -91,7 +91,8 @@ class GibbsConfig:
 class LGGibbsConfig(GibbsConfig):
     """Collapsed linear-Gaussian Gibbs (Griffiths & Ghahramani 2005): alpha, sigma_X and sigma_A are
     resampled every sweep under Gamma(1, 1) priors (``LGHyperPrior``); the split-merge moves are
-    ``gibbs_linear_gaussian.split_merge`` (after paper 003)."""
+    ``gibbs_linear_gaussian.split_merge`` (after paper 003), the recombination moves
+    ``gibbs_linear_gaussian.recombine`` (docs/models/gibbs.md)."""
 
     sigma_x: float = option(1.0, "Starting noise standard deviation sigma_X of X = Z A + noise, in the data's "
                                  "units (> 0), resampled every sweep. A start near the data's noise level "
@@ -101,14 +102,19 @@ class LGGibbsConfig(GibbsConfig):
     split_merge_moves: int = option(5, "Split-merge Metropolis-Hastings moves on the features after every sweep "
                                        "(>= 0; 0 turns them off). They help a chain escape merged or split "
                                        "features at a small cost per move.")
+    recombine_moves: int = option(5, "Recombination Metropolis-Hastings moves after the split-merge moves of "
+                                     "every sweep (>= 0; 0 turns them off): each proposes three features in "
+                                     "place of two or back, which frees a chain holding two features as "
+                                     "three. Cheap when no columns qualify.")
 
     STATE_CLS: ClassVar[type] = lg_gibbs.LGGibbsState
 
     def check(self) -> None:
         super().check()
         require_positive(self, ("sigma_x", "sigma_a"))
-        if self.split_merge_moves < 0:
-            raise UserError(f"split_merge_moves must be >= 0, got {self.split_merge_moves}")
+        for name in ("split_merge_moves", "recombine_moves"):
+            if getattr(self, name) < 0:
+                raise UserError(f"{name} must be >= 0, got {getattr(self, name)}")
 
     def initial_state(self, n_rows: int, n_cols: int) -> lg_gibbs.LGGibbsState:
         return lg_gibbs.LGGibbsState(np.zeros((n_rows, 0), bool), self.alpha, self.sigma_x, self.sigma_a)
@@ -116,7 +122,7 @@ class LGGibbsConfig(GibbsConfig):
     def sweep(self, data: DenseRows, state: lg_gibbs.LGGibbsState,
               rng: np.random.Generator) -> lg_gibbs.LGGibbsState:
         return lg_gibbs.gibbs_sweep(data.X, state, rng, max_new=self.max_new, observed=data.mask,
-                                    split_merge_moves=self.split_merge_moves)
+                                    split_merge_moves=self.split_merge_moves, recombine_moves=self.recombine_moves)
 
     def log_joint(self, data: DenseRows, state: lg_gibbs.LGGibbsState) -> float:
         return lg_gibbs.log_joint(data.X, state, data.mask)
