@@ -13,10 +13,10 @@ gets MCMC moves whose stationary law is its target, the posterior of the t rows 
 * linear-Gaussian, P(Z_1:t | X_1:t) with A integrated out: the collapsed Gibbs updates
   (``gibbs_linear_gaussian.gibbs_rows``) of ``rows`` past rows of Z picked at random, singletons
   re-drawn the same way (with missing entries, given values imputed from the particle's posterior), then
-  ``feature_moves`` pairs of a split-merge and an exchange move (``gibbs_linear_gaussian.split_merge`` and
-  ``exchange``), which change whole features: a particle whose early rows merged two features, or made a
-  wrong basis of them, cannot leave that by single entries; the particle's posterior of A (M, S) is then
-  recomputed for the new Z.
+  ``feature_moves`` rounds of a split-merge, an exchange and a recombination move
+  (``gibbs_linear_gaussian.split_merge``, ``exchange`` and ``recombine``), which change whole features: a
+  particle whose early rows merged two features, made a wrong basis of them or held two as three columns
+  cannot leave that by single entries; the particle's posterior of A (M, S) is then recomputed for the new Z.
 
 Each update leaves that posterior invariant, so the weighted particles stay a valid sample, now with a
 past that reflects every row seen.
@@ -28,7 +28,7 @@ import dataclasses
 
 import numpy as np
 
-from .gibbs_linear_gaussian import LGGibbsState, exchange, feature_posterior, gibbs_rows, split_merge
+from .gibbs_linear_gaussian import LGGibbsState, exchange, feature_posterior, gibbs_rows, recombine, split_merge
 from .gibbs_noisy_or import gibbs_row, sample_y
 from .ibp_prior import Block, feature_capacity, new_feature_log_prior
 from .lg_particles import LGParticles
@@ -86,12 +86,14 @@ def impute_missing(X: np.ndarray, observed: np.ndarray, Z: np.ndarray, M: np.nda
 
 def moved_z(X: np.ndarray, state: LGGibbsState, rows: int, feature_moves: int, max_new: int,
             rng: np.random.Generator) -> np.ndarray:
-    """Z (t x K+) after the Gibbs updates of ``rows`` random rows and then ``feature_moves`` pairs of a split-merge
-    and an exchange move, given the complete rows X (t x D) seen so far (module docstring)."""
+    """Z (t x K+) after the Gibbs updates of ``rows`` random rows and then ``feature_moves`` rounds of a
+    split-merge, an exchange and a recombination move, given the complete rows X (t x D) seen so far (module
+    docstring)."""
     Z = gibbs_rows(X, state, past_rows(X.shape[0], rows, rng), max_new, rng)
     for _ in range(feature_moves):
         Z = split_merge(X, Z, state.alpha, state.sigma_x, state.sigma_a, rng)
         Z = exchange(X, Z, state.sigma_x, state.sigma_a, rng)
+        Z = recombine(X, Z, state.alpha, state.sigma_x, state.sigma_a, rng)
     return Z
 
 

@@ -125,9 +125,10 @@ class LGParticleConfig(ParticleConfig):
     moves: int = option(10, MOVES_HELP + " The default 10 had the lower error at equal time on the four-image data.")
     feature_moves: int = option(1, "Metropolis-Hastings moves on whole features per particle in each resample-move, "
                                    "after its Gibbs updates (>= 0; used only with --moves > 0): each is a split-merge "
-                                   "move (one feature split in two, or two merged) and an exchange move (the rows of "
-                                   "two features divided between them afresh). They undo merged features and wrong "
-                                   "combinations of features, which the row updates rarely leave.")
+                                   "move (one feature split in two, or two merged), an exchange move (the rows of "
+                                   "two features divided between them afresh) and a recombination move (three "
+                                   "columns holding two features made two, or back). They undo merged features and "
+                                   "wrong combinations of features, which the row updates rarely leave.")
 
     BLOCK_CLS: ClassVar[type] = LGParticles
 
