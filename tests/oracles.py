@@ -86,6 +86,26 @@ def total_variation(p: dict[bytes, float], q: dict[bytes, float]) -> float:
     return 0.5 * sum(abs(p.get(k, 0.0) - q.get(k, 0.0)) for k in p.keys() | q.keys())
 
 
+def moved_exact_draws(exact: dict[bytes, float], classes: dict[bytes, np.ndarray], n_draws: int,
+                      move: Callable[[np.ndarray], np.ndarray],
+                      rng: np.random.Generator) -> tuple[dict[bytes, float], dict[bytes, float], int]:
+    """``n_draws`` exact draws of a class from ``exact`` (class key -> posterior probability), each moved by
+    ``move`` (the class's representative in ``classes`` in, the new Z out): the laws of the classes before and
+    after the move, and how many draws changed class. A move that leaves the posterior invariant keeps the law
+    after as close to ``exact`` as the law before, up to sampling noise."""
+    keys = list(exact)
+    draws = rng.choice(len(keys), size=n_draws, p=np.array([exact[key] for key in keys]))
+    before: dict[bytes, float] = {}
+    after: dict[bytes, float] = {}
+    moved = 0
+    for d in draws:
+        key = class_key(move(classes[keys[d]]))
+        before[keys[d]] = before.get(keys[d], 0.0) + 1 / n_draws
+        after[key] = after.get(key, 0.0) + 1 / n_draws
+        moved += key != keys[d]
+    return before, after, moved
+
+
 def class_mean_features(Z: np.ndarray, M: np.ndarray, key: bytes) -> np.ndarray | None:
     """E[A | [Z] = key, X] (K+ x D) of linear-Gaussian particles, features in left-ordered form, or None if
     no particle is in the class: within one class the posterior mean M of A is the same up to the column

@@ -14,7 +14,7 @@ from buffet.kernels.ibp_prior import class_key, harmonic_number, ibp_log_prob, s
 from buffet.kernels.pf_noisy_or import NoisyORParams
 
 from oracles import (TINY_Z, enumerate_ibp_classes, exact_class_posterior, masked_noisy_or_problem,
-                     noisy_or_log_marginal, total_variation)
+                     moved_exact_draws, noisy_or_log_marginal, total_variation)
 
 # Chains on 3 x 6-7 matrices against exact class posteriors (3432 classes with K+ <= 7): the total variation
 # of a correct sampler's class frequencies falls slowly with the sweeps (the many small classes bias it up).
@@ -84,17 +84,13 @@ def test_split_merge_moves_leave_the_exact_posterior_invariant():
     X = linear_gaussian_x(TINY_Z, rng.normal(size=(2, 6)) * sa, 0.4, rng)
     exact = exact_class_posterior(3, 6, alpha, lambda Z: lg.collapsed_log_likelihood(X, Z, sx, sa))
     classes = {class_key(Z): Z for Z in enumerate_ibp_classes(3, 6)}
-    keys = list(exact)
-    draws = rng.choice(len(keys), size=5000, p=np.array([exact[key] for key in keys]))
-    before, after, moved = {}, {}, 0
-    for d in draws:
-        Z = classes[keys[d]]
+
+    def ten_moves(Z):
         for _ in range(10):
             Z = lg.split_merge(X, Z, alpha, sx, sa, rng)
-        key = class_key(Z)
-        before[keys[d]] = before.get(keys[d], 0.0) + 1 / 5000
-        after[key] = after.get(key, 0.0) + 1 / 5000
-        moved += key != keys[d]
+        return Z
+
+    before, after, moved = moved_exact_draws(exact, classes, 5000, ten_moves, rng)
     assert moved > 1000   # a quarter of the draws end in another class
     assert total_variation(exact, after) < total_variation(exact, before) + 0.01
 
@@ -130,18 +126,13 @@ def test_sweep_with_recombination_moves_leaves_the_exact_posterior_invariant(mas
         X[~observed] = np.nan
     exact = exact_class_posterior(3, 7, alpha, lambda Z: lg.collapsed_log_likelihood(X, Z, sx, sa, observed))
     classes = {class_key(Z): Z for Z in enumerate_ibp_classes(3, 7)}
-    keys = list(exact)
-    draws = rng.choice(len(keys), size=2000, p=np.array([exact[key] for key in keys]))
-    before, after, moved = {}, {}, 0
-    for d in draws:
-        Z = classes[keys[d]]
+
+    def sweep(Z):
         imputed = _missing_given_z(X, observed, Z, sx, sa, rng) if masked else None
-        state = lg.gibbs_sweep(X, lg.LGGibbsState(Z, alpha, sx, sa, imputed), rng, lg.FIXED, max_new=3,
-                               observed=observed, recombine_moves=5)
-        key = class_key(state.Z)
-        before[keys[d]] = before.get(keys[d], 0.0) + 1 / draws.size
-        after[key] = after.get(key, 0.0) + 1 / draws.size
-        moved += key != keys[d]
+        return lg.gibbs_sweep(X, lg.LGGibbsState(Z, alpha, sx, sa, imputed), rng, lg.FIXED, max_new=3,
+                              observed=observed, recombine_moves=5).Z
+
+    before, after, moved = moved_exact_draws(exact, classes, 2000, sweep, rng)
     assert moved > 500
     assert total_variation(exact, after) < total_variation(exact, before) + 0.03
 

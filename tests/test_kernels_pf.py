@@ -22,7 +22,7 @@ from buffet.kernels.resampling import (ancestor_locations, concatenate_blocks, e
                                        systematic_resample)
 
 from oracles import (TINY_Z, class_distribution, class_mean_features, enumerate_ibp_classes, exact_class_posterior,
-                     masked_noisy_or_problem, noisy_or_log_marginal, total_variation)
+                     masked_noisy_or_problem, moved_exact_draws, noisy_or_log_marginal, total_variation)
 
 
 def _run_filter(step, block, X, rng, **kwargs):
@@ -439,18 +439,15 @@ def test_exchange_moves_leave_the_exact_posterior_invariant():
     X = linear_gaussian_x(TINY_Z, rng.normal(size=(2, 6)) * sa, 0.4, rng)
     exact = exact_class_posterior(3, 6, alpha, lambda Z: collapsed_log_likelihood(X, Z, sx, sa))
     classes = {class_key(Z): Z for Z in enumerate_ibp_classes(3, 6)}
-    keys = list(exact)
-    draws = rng.choice(len(keys), size=2000, p=np.array([exact[key] for key in keys]))
-    before, after, moved = {}, {}, 0
-    for d in draws:
-        Z = classes[keys[d]]
+
+    def five_moves(Z):
+        k = Z.shape[1]
         for _ in range(5):
             Z = exchange(X, Z, sx, sa, rng)
-        assert Z.any(axis=0).all() and Z.shape[1] == classes[keys[d]].shape[1]
-        key = class_key(Z)
-        before[keys[d]] = before.get(keys[d], 0.0) + 1 / draws.size
-        after[key] = after.get(key, 0.0) + 1 / draws.size
-        moved += key != keys[d]
+        assert Z.any(axis=0).all() and Z.shape[1] == k
+        return Z
+
+    before, after, moved = moved_exact_draws(exact, classes, 2000, five_moves, rng)
     assert moved > 1000
     assert total_variation(exact, after) < total_variation(exact, before) + 0.02
 
