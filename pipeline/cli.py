@@ -33,7 +33,7 @@ from buffet.pipeline.engine.dataset import source_of
 from buffet.pipeline.engine.engine import Engine
 from buffet.pipeline.engine.executor_choice import EXECUTORS, choose, chosen_engine, stored_entries
 from buffet.pipeline.engine.lease import DEFAULT_LIFETIME, LIFETIME_VARIABLE, check_free
-from buffet.pipeline.engine.messages import console, explain, logger, raise_terminated
+from buffet.pipeline.engine.messages import StopRequest, console, explain, logger
 from buffet.pipeline.engine.process_executor import ProcessEngine
 from buffet.pipeline.engine.runs import config_from, fit_run, resume_run, run_source
 from buffet.pipeline.engine.runstore import RunStore, encode_arrays
@@ -500,6 +500,13 @@ def parse_args(argv: list[str]) -> tuple[argparse.Namespace, str | None]:
     return args, options
 
 
+def stop_signals() -> list[int]:
+    """The signals that stop a command (``messages.StopRequest``): SIGTERM, and Ctrl-C's SIGINT unless this
+    process was started with it ignored (a background job of a non-interactive shell, ``nohup``)."""
+    return [signal.SIGTERM] + ([signal.SIGINT] if signal.getsignal(signal.SIGINT) is signal.default_int_handler
+                               else [])
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run one command; returns its exit status. A failure, Ctrl-C or SIGTERM (a job scheduler ending the job)
     is one line on stderr (``messages.explain``; the traceback only with ``--debug``), and a fit it stops is
@@ -511,7 +518,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not debug:  # asyncio's notes on tasks a Ctrl-C or a lost cluster cut short are not the user's business
         logging.getLogger("asyncio").setLevel(logging.CRITICAL)
     on_main_thread = threading.current_thread() is threading.main_thread()
-    previous_sigterm = signal.signal(signal.SIGTERM, raise_terminated) if on_main_thread else None
+    previous = {sig: signal.signal(sig, StopRequest.on_signal) for sig in stop_signals()} if on_main_thread else {}
     try:
         if options is not None:
             set_default_storage_options(parse_storage_options(options))
@@ -524,8 +531,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         return status
     finally:
         logging.getLogger("buffet").removeHandler(handler)
-        if on_main_thread:
-            signal.signal(signal.SIGTERM, previous_sigterm)
+        for sig, earlier in previous.items():
+            signal.signal(sig, earlier)
+        StopRequest.forget()
     return 0
 
 

@@ -4,6 +4,7 @@ a fit survives lost workers with the same numbers (or stops with one line when n
 
 import dataclasses
 import os
+import signal
 import time
 from typing import Callable
 
@@ -15,7 +16,7 @@ from buffet.pipeline.engine.engine import Engine, tree_reduce
 from buffet.pipeline.engine.executor_choice import engine_on
 from buffet.pipeline.engine.process_executor import ProcessEngine
 from buffet.pipeline.engine.loop import Position, run_loop
-from buffet.pipeline.engine.messages import ClusterLostError
+from buffet.pipeline.engine.messages import ClusterLostError, StopRequest, Terminated
 from buffet.pipeline.engine.runstore import RunStore
 from buffet.pipeline.engine.seeds import stream
 from worker_loss import LOST_CLUSTER_MARGIN
@@ -139,6 +140,47 @@ class ToyDriver:
 
     def recover(self, values: dict) -> None:
         self.set_globals(values)
+
+
+class SignalledInDel:
+    """Sends this process ``sig`` from its ``__del__``: the handler's exception is then raised inside a
+    ``__del__``, where Python reports it as ignored and goes on (as when a Dask future is released)."""
+
+    def __init__(self, sig: int):
+        self.sig = sig
+
+    def __del__(self) -> None:
+        os.kill(os.getpid(), self.sig)
+        time.sleep(0.5)  # the handler runs here, within the __del__
+
+
+@dataclasses.dataclass
+class SignalledDriver(ToyDriver):
+    """A toy fit that receives ``sig`` during its step 3, inside a ``__del__``."""
+
+    sig: int = signal.SIGTERM
+
+    def step(self, step: int) -> dict:
+        if step == 2:
+            SignalledInDel(self.sig)  # dropped at once
+        return super().step(step)
+
+
+@pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")  # the swallowed exception
+@pytest.mark.parametrize("sig, stopped_by", [(signal.SIGTERM, Terminated), (signal.SIGINT, KeyboardInterrupt)])
+def test_a_signal_whose_exception_a_del_method_swallowed_still_stops_the_fit(tmp_path, sig, stopped_by):
+    driver = SignalledDriver(ProcessEngine(), sig=sig)
+    driver.start()
+    run = RunStore.create(tmp_path / "run", "toy", None, {})
+    handlers = {s: signal.signal(s, StopRequest.on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        with pytest.raises(stopped_by) as stopped:
+            run_loop(driver, run, Position(), checkpoint_every=3, quiet=True)
+    finally:
+        for s, handler in handlers.items():
+            signal.signal(s, handler)
+        StopRequest.forget()
+    assert type(stopped.value) is stopped_by and run.status == "interrupted" and run.newest_step() == 3
 
 
 @pytest.fixture(scope="module")

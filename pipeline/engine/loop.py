@@ -24,7 +24,7 @@ from typing import Any, Protocol
 
 from buffet.pipeline.engine import checkpoints
 from buffet.pipeline.engine.engine import BlockSet, ClusterFailure, Engine
-from buffet.pipeline.engine.messages import ClusterLostError, logger
+from buffet.pipeline.engine.messages import ClusterLostError, StopRequest, logger
 from buffet.pipeline.engine.position import Position
 from buffet.pipeline.engine.progress import Progress
 from buffet.pipeline.engine.runstore import RunStore
@@ -83,6 +83,7 @@ def _steps(driver: Driver, run: RunStore | None, position: Position, checkpoint_
         saved.write(driver, position.step, position.trace, 0.0 if position.step == 0 else position.seconds)
     step, trace, failures = position.step, position.trace, collections.Counter()
     while not driver.finished(step, trace):
+        StopRequest.check()
         snapshot = driver.engine.recovery_point(
             lambda: Snapshot(step, len(trace), driver.recovery_values(), dict(driver.engine.states)))
         try:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import errno
 import logging
+import signal
 import sys
 from typing import TextIO
 
@@ -64,9 +65,30 @@ class Terminated(KeyboardInterrupt):
     kept, the cluster closed); ``explain`` names it as what it was."""
 
 
-def raise_terminated(signum: int, frame: object) -> None:
-    """SIGTERM handler of the ``buffet`` command: raise ``Terminated`` in the main thread."""
-    raise Terminated()
+class StopRequest:
+    """Ctrl-C or SIGTERM, once it reached the command: the handlers (``on_signal``) raise the exception at once,
+    wherever the main thread happens to be, and remember it. Where that is a ``__del__`` method or a weakref
+    callback (a Dask future released), Python prints the exception as ignored and goes on; a loop that calls
+    ``check`` between steps stops all the same."""
+
+    _received: type[KeyboardInterrupt] | None = None
+
+    @classmethod
+    def on_signal(cls, signum: int, frame: object) -> None:
+        """Handler of SIGINT and SIGTERM in the ``buffet`` command."""
+        cls._received = Terminated if signum == signal.SIGTERM else KeyboardInterrupt
+        raise cls._received()
+
+    @classmethod
+    def check(cls) -> None:
+        """Raise the exception of a signal the command received, if any."""
+        if cls._received is not None:
+            raise cls._received()
+
+    @classmethod
+    def forget(cls) -> None:
+        """The command has ended: a later command in this process starts with no signal pending."""
+        cls._received = None
 
 
 def explain(exc: BaseException, resume_hint: str | None) -> tuple[str, int]:
