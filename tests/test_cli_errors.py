@@ -68,10 +68,10 @@ def wait_for_checkpoint(run: Path, proc: subprocess.Popen) -> None:
 
 def one_line(err: str, *fragments: str) -> str:
     """The last stderr line, checked to be buffet's one line ("buffet: error: ...", or "buffet: interrupted; ..."
-    for Ctrl-C) naming ``fragments``, with no traceback."""
+    for Ctrl-C and "buffet: stopped by SIGTERM ..." for SIGTERM) naming ``fragments``, with no traceback."""
     assert "Traceback" not in err, err
     last = err.strip().splitlines()[-1]
-    assert last.startswith(("buffet: error: ", "buffet: interrupted")), err
+    assert last.startswith(("buffet: error: ", "buffet: interrupted", "buffet: stopped by SIGTERM")), err
     for fragment in fragments:
         assert fragment in last, last
     return last
@@ -116,6 +116,33 @@ def test_ctrl_c_marks_the_run_interrupted_and_says_how_to_resume(tmp_path: Path,
     assert code == 130
     one_line(err, "interrupted", f"buffet resume {run}")
     assert RunStore(run).status == "interrupted"
+
+
+# A process whose clean-up after a stop signal never ends (it catches the exception and waits), with the
+# command's handlers and a grace of 0.5 s; ``SECOND`` sends it a second signal (Ctrl-C) from the clean-up.
+STUCK = """
+import os, signal, sys, time
+from buffet.pipeline.engine import messages
+messages.STOP_GRACE_SECONDS = 0.5
+for sig in (signal.SIGINT, signal.SIGTERM):
+    signal.signal(sig, messages.StopRequest.on_signal)
+try:
+    os.kill(os.getpid(), signal.SIGTERM)
+    time.sleep(30)
+except KeyboardInterrupt:
+    if sys.argv[1] == "SECOND":
+        os.kill(os.getpid(), signal.SIGINT)
+    time.sleep(30)
+"""
+
+
+@pytest.mark.parametrize("second, status, why", [("", 143, "it had not stopped 0.5 s after the signal"),
+                                                 ("SECOND", 130, "a second signal came while it was stopping")])
+def test_a_stopped_command_whose_clean_up_sticks_still_ends(second: str, status: int, why: str) -> None:
+    started = time.monotonic()
+    proc = subprocess.run([sys.executable, "-c", STUCK, second or "ONE"], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == status and time.monotonic() - started < 25, proc.stderr
+    one_line(proc.stderr, f"ended at once, as {why}", "its checkpoints are kept", "--force")
 
 
 def test_full_disk_is_one_line_and_debug_shows_the_traceback(tmp_path: Path, store: Path, monkeypatch,

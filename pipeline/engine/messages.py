@@ -12,8 +12,10 @@ from __future__ import annotations
 
 import errno
 import logging
+import os
 import signal
 import sys
+import threading
 from typing import TextIO
 
 from buffet.data.errors import UserError
@@ -65,19 +67,32 @@ class Terminated(KeyboardInterrupt):
     kept, the cluster closed); ``explain`` names it as what it was."""
 
 
+STOP_GRACE_SECONDS = 60.0  # the longest a stopped command may take to mark its run and close its cluster
+
+
 class StopRequest:
-    """Ctrl-C or SIGTERM, once it reached the command: the handlers (``on_signal``) raise the exception at once,
-    wherever the main thread happens to be, and remember it. Where that is a ``__del__`` method or a weakref
-    callback (a Dask future released), Python prints the exception as ignored and goes on; a loop that calls
-    ``check`` between steps stops all the same."""
+    """Ctrl-C or SIGTERM, once it reached the command. The handler (``on_signal``) raises the exception at
+    once, wherever the main thread happens to be, and remembers it. Where that is a ``__del__`` method or a
+    weakref callback (a Dask future released), Python prints the exception as ignored and goes on; a loop
+    that calls ``check`` between steps stops all the same. A command that has not ended ``STOP_GRACE_SECONDS``
+    after the signal (its clean-up stuck), or that receives a second one, ends at once with the same status:
+    what it committed (checkpoints, ``engine.runstore``) is complete either way."""
 
     _received: type[KeyboardInterrupt] | None = None
+    _deadline: threading.Timer | None = None
 
     @classmethod
     def on_signal(cls, signum: int, frame: object) -> None:
         """Handler of SIGINT and SIGTERM in the ``buffet`` command."""
-        cls._received = Terminated if signum == signal.SIGTERM else KeyboardInterrupt
-        raise cls._received()
+        stop = Terminated if signum == signal.SIGTERM else KeyboardInterrupt
+        if cls._received is not None:
+            end_now(stop, "a second signal came while it was stopping")
+        cls._received = stop
+        cls._deadline = threading.Timer(STOP_GRACE_SECONDS, end_now,
+                                        (stop, f"it had not stopped {STOP_GRACE_SECONDS:g} s after the signal"))
+        cls._deadline.daemon = True
+        cls._deadline.start()
+        raise stop()
 
     @classmethod
     def check(cls) -> None:
@@ -88,7 +103,17 @@ class StopRequest:
     @classmethod
     def forget(cls) -> None:
         """The command has ended: a later command in this process starts with no signal pending."""
-        cls._received = None
+        if cls._deadline is not None:
+            cls._deadline.cancel()
+        cls._received, cls._deadline = None, None
+
+
+def end_now(stop: type[KeyboardInterrupt], why: str) -> None:
+    """End this process at once with the status of ``stop`` (``explain``), after one line saying so."""
+    line, status = explain(stop(), None)
+    print(f"buffet: {line}; ended at once, as {why}: its checkpoints are kept, and a run it held is free "
+          f"once its lease expires (or at once with `buffet resume RUN --force`)", file=sys.stderr, flush=True)
+    os._exit(status)
 
 
 def explain(exc: BaseException, resume_hint: str | None) -> tuple[str, int]:
