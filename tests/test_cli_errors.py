@@ -19,6 +19,7 @@ from buffet.data.errors import StoreError
 from buffet.data.splits import add_split, holdout_rows
 from buffet.data.synthetic import bnmf_corpus
 from buffet.pipeline import cli
+from buffet.pipeline.engine.lease import read_holder
 from buffet.pipeline.engine.runstore import RunStore
 from helpers import buffet, ctrl_c_as_in_a_terminal, unused_port
 
@@ -118,14 +119,17 @@ def test_ctrl_c_marks_the_run_interrupted_and_says_how_to_resume(tmp_path: Path,
     assert RunStore(run).status == "interrupted"
 
 
-# A process whose clean-up after a stop signal never ends (it catches the exception and waits), with the
-# command's handlers and a grace of 0.5 s; ``SECOND`` sends it a second signal (Ctrl-C) from the clean-up.
+# A process that holds a run's lease (folder argv[2]) and whose clean-up after a stop signal never ends (it
+# catches the exception and waits), with the command's handlers and a grace of 0.5 s; "SECOND" (argv[1]) sends
+# it a second signal, Ctrl-C, from the clean-up.
 STUCK = """
 import os, signal, sys, time
 from buffet.pipeline.engine import messages
+from buffet.pipeline.engine.lease import Lease
 messages.STOP_GRACE_SECONDS = 0.5
 for sig in (signal.SIGINT, signal.SIGTERM):
     signal.signal(sig, messages.StopRequest.on_signal)
+Lease(sys.argv[2]).acquire()
 try:
     os.kill(os.getpid(), signal.SIGTERM)
     time.sleep(30)
@@ -136,13 +140,16 @@ except KeyboardInterrupt:
 """
 
 
-@pytest.mark.parametrize("second, status, why", [("", 143, "it had not stopped 0.5 s after the signal"),
+@pytest.mark.parametrize("second, status, why", [("ONE", 143, "it had not stopped 0.5 s after the signal"),
                                                  ("SECOND", 130, "a second signal came while it was stopping")])
-def test_a_stopped_command_whose_clean_up_sticks_still_ends(second: str, status: int, why: str) -> None:
+def test_a_stopped_command_whose_clean_up_sticks_still_ends_and_releases_its_run(tmp_path: Path, second: str,
+                                                                                   status: int, why: str) -> None:
     started = time.monotonic()
-    proc = subprocess.run([sys.executable, "-c", STUCK, second or "ONE"], capture_output=True, text=True, timeout=60)
+    proc = subprocess.run([sys.executable, "-c", STUCK, second, str(tmp_path / "run")], capture_output=True,
+                          text=True, timeout=60)
     assert proc.returncode == status and time.monotonic() - started < 25, proc.stderr
-    one_line(proc.stderr, f"ended at once, as {why}", "its checkpoints are kept", "--force")
+    one_line(proc.stderr, f"ended at once, as {why}", "its checkpoints are kept", "buffet resume")
+    assert read_holder(str(tmp_path / "run")) is None
 
 
 def test_full_disk_is_one_line_and_debug_shows_the_traceback(tmp_path: Path, store: Path, monkeypatch,

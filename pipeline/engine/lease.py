@@ -35,7 +35,7 @@ from typing import Any, Iterator
 
 from buffet.data.errors import UserError
 from buffet.data.urls import join, normalise, read_bytes, remove, write_bytes
-from buffet.pipeline.engine.messages import logger
+from buffet.pipeline.engine.messages import before_ending, logger
 
 LEASE_FILE = "lease.json"
 LEASE_FORMAT = 1
@@ -149,10 +149,12 @@ class Lease:
             raise in_use(self.path, found, time.time())
         self._thread = threading.Thread(target=self._beat, name=f"buffet-lease {self.path}", daemon=True)
         self._thread.start()
+        before_ending(self, self.release)  # a command ended at once still releases the run
 
     def release(self) -> None:
         """Stop renewing and delete the lease, unless another holder has taken it over. A store out of reach
         is a warning: the lease then expires by itself."""
+        before_ending(self, None)
         self._stop.set()
         if self._thread is not None:
             self._thread.join()

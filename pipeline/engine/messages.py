@@ -10,13 +10,14 @@ to do (``explain``); the traceback is shown only with ``--debug``.
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import logging
 import os
 import signal
 import sys
 import threading
-from typing import TextIO
+from typing import Callable, TextIO
 
 from buffet.data.errors import UserError
 
@@ -108,11 +109,35 @@ class StopRequest:
         cls._received, cls._deadline = None, None
 
 
+_BEFORE_ENDING: dict[int, Callable[[], None]] = {}  # what ``end_now`` still does, by the id of its owner
+RELEASE_SECONDS = 5.0  # the most ``end_now`` waits for those actions
+
+
+def before_ending(owner: object, action: Callable[[], None] | None) -> None:
+    """Have ``end_now`` run ``action`` before it ends the process (a held run's lease released), or with
+    None, no longer."""
+    if action is None:
+        _BEFORE_ENDING.pop(id(owner), None)
+    else:
+        _BEFORE_ENDING[id(owner)] = action
+
+
 def end_now(stop: type[KeyboardInterrupt], why: str) -> None:
-    """End this process at once with the status of ``stop`` (``explain``), after one line saying so."""
+    """End this process at once with the status of ``stop`` (``explain``), after one line saying so and the
+    ``before_ending`` actions (given ``RELEASE_SECONDS`` at most: a run's lease not released by then
+    expires by itself)."""
     line, status = explain(stop(), None)
-    print(f"buffet: {line}; ended at once, as {why}: its checkpoints are kept, and a run it held is free "
-          f"once its lease expires (or at once with `buffet resume RUN --force`)", file=sys.stderr, flush=True)
+
+    def release() -> None:
+        for action in list(_BEFORE_ENDING.values()):
+            with contextlib.suppress(Exception):
+                action()
+
+    releasing = threading.Thread(target=release, daemon=True)
+    releasing.start()
+    releasing.join(RELEASE_SECONDS)
+    print(f"buffet: {line}; ended at once, as {why}: its checkpoints are kept, and `buffet resume RUN` "
+          f"continues its run", file=sys.stderr, flush=True)
     os._exit(status)
 
 
