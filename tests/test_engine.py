@@ -16,7 +16,7 @@ from buffet.pipeline.engine.engine import Engine, tree_reduce
 from buffet.pipeline.engine.executor_choice import engine_on
 from buffet.pipeline.engine.process_executor import ProcessEngine
 from buffet.pipeline.engine.loop import Position, run_loop
-from buffet.pipeline.engine.messages import ClusterLostError, StopRequest, Terminated
+from buffet.pipeline.engine.messages import ClusterLostError, StopRequest, Terminated, is_cluster_failure
 from buffet.pipeline.engine.runstore import RunStore
 from buffet.pipeline.engine.seeds import stream
 from worker_loss import LOST_CLUSTER_MARGIN
@@ -200,6 +200,14 @@ def walk(engine: Engine, run: RunStore | None = None, **options) -> tuple[list[f
     driver.start()
     trace = run_loop(driver, run, Position(), checkpoint_every=3, quiet=True).trace
     return [r["total"] for r in trace], engine.collect(engine.state("walk"))
+
+
+def test_a_value_scattered_to_a_worker_that_left_is_a_cluster_failure():
+    """Dask's scheduler answers a scatter whose worker retired meanwhile with a KeyError naming the worker's
+    address (seen on SLURM jobs replaced by --worker-lifetime): the step is tried again, as for any lost
+    worker. A KeyError of anything else is not a lost worker."""
+    assert is_cluster_failure(KeyError("tls://192.0.2.2:44597")) and is_cluster_failure(KeyError("tcp://127.0.0.1:1"))
+    assert not any(is_cluster_failure(KeyError(key)) for key in ("theta", "s3://bucket/run", 3))
 
 
 def test_the_loop_adds_step_and_cumulative_seconds_and_resumes_exactly(tmp_path):

@@ -14,6 +14,7 @@ import contextlib
 import errno
 import logging
 import os
+import re
 import signal
 import sys
 import threading
@@ -45,6 +46,7 @@ class ClusterLostError(UserError):
 
 
 CONNECT_TIMED_OUT = "Timed out trying to connect"  # how distributed's OSError for an unreachable peer begins
+WORKER_ADDRESS = re.compile(r"(tcp|tls|inproc|ucx|ws|wss)://\S+$")  # a Dask worker's address, e.g. tls://10.0.0.2:4000
 
 
 def is_cluster_failure(exc: BaseException) -> bool:
@@ -59,6 +61,9 @@ def is_cluster_failure(exc: BaseException) -> bool:
 
     if isinstance(exc, OSError) and str(exc).startswith(CONNECT_TIMED_OUT):
         return True  # a transfer to or from a worker that died meanwhile
+    if isinstance(exc, KeyError) and exc.args and isinstance(exc.args[0], str) and \
+            WORKER_ADDRESS.match(exc.args[0]):
+        return True  # the scheduler's record of a worker that left: a value scattered to it as it retired
     return isinstance(exc, (FutureCancelledError, CancelledError, KilledWorker, CommClosedError))
 
 
