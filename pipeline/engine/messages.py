@@ -132,17 +132,18 @@ def end_now(stop: type[KeyboardInterrupt], why: str) -> None:
     ``before_ending`` actions (given ``RELEASE_SECONDS`` at most: a run's lease not released by then
     expires by itself)."""
     line, status = explain(stop(), None)
+    actions = list(_BEFORE_ENDING.values())
 
     def release() -> None:
-        for action in list(_BEFORE_ENDING.values()):
+        for action in actions:
             with contextlib.suppress(Exception):
                 action()
 
     releasing = threading.Thread(target=release, daemon=True)
     releasing.start()
     releasing.join(RELEASE_SECONDS)
-    print(f"buffet: {line}; ended at once, as {why}: its checkpoints are kept, and `buffet resume RUN` "
-          f"continues its run", file=sys.stderr, flush=True)
+    then = ": its checkpoints are kept, and `buffet resume RUN` continues its run" if actions else ""
+    print(f"buffet: {line}; ended at once, as {why}{then}", file=sys.stderr, flush=True)
     os._exit(status)
 
 
