@@ -1,5 +1,5 @@
 """Writes ``imf_search.npz``: what the IMF/INMF K+ search gives on a small planted matrix, for
-``tests/test_imf_search_fixture.py`` to compare a fit with, bit for bit.
+``tests/test_imf_search_fixture.py`` to compare a fit with (to rounding: see that test).
 
 For each model: the trace's evidence, E[Z] and the driver's globals at the end, and a checkpoint taken
 part-way through a growth step (a later candidate under way): the globals and every block of every named
