@@ -29,8 +29,8 @@ sums R^T R and sum_i r_i reduced, ``residual_directions`` on the client, project
 chunk, ``orient_and_split`` on the gathered p (one float per row), ``new_feature_column`` per chunk;
 ``keep_features`` / ``select_features`` prune features whose reduced sum_i nu_ik is too small. The restart
 at a new K+, which separates features that the residual directions mix, is ``gram_sums`` of the data
-reduced, ``whitening`` on the client, ``ica_sums`` per chunk and ``ica_step`` on the client until FastICA
-converges, ``binary_sources`` on the gathered sources.
+reduced, ``whitening`` on the client, ``ica_moments`` per chunk reduced and ``fastica`` on the client,
+``binary_sources`` on the gathered sources.
 ``swap_rows`` (in ``row_step`` with ``swaps``) exchanges two features' q(z) in a row where that raises L.
 Row and column offsets (an extension of the paper's model, ``remove_offsets``) are fitted the same
 way: ``row_offsets`` per chunk, ``column_offset_stats`` reduced, ``column_offsets`` on the client.
@@ -54,6 +54,8 @@ Post = dict[str, np.ndarray]
 
 LOG_2PI = float(np.log(2.0 * np.pi))
 
+ICA_STEPS = 200  # most FastICA steps of a restart (it converges in a few on planted features)
+ICA_TOL = 1e-8  # FastICA has converged when every unmixing row moves by at most this (1 - |w_new . w_old|)
 ICA_RANK_TOL = 1e-10
 """``ica_step`` gives up when the smallest eigenvalue of W W^T is below this fraction of the largest: the rows
 of W are then linearly dependent to rounding, and its inverse square root would amplify rounding noise."""
@@ -576,28 +578,53 @@ def whitening(sums: Stats, count: int) -> tuple[np.ndarray, np.ndarray]:
     return mean, vectors / np.sqrt(np.maximum(values, 1e-12 * max(values[0], 1e-300)))
 
 
-def ica_sums(y: np.ndarray, white: np.ndarray) -> Stats:
-    """A chunk's sums for one FastICA step with the skewness contrast G(u) = u^3 / 3 (``ica_step``):
-    ``gy`` (K, K) sum_i y_i^2 white_i^T and ``y_sum`` (K,) sum_i y_i, for sources y = white @ W^T."""
-    return {"gy": (y * y).T @ white, "y_sum": y.sum(axis=0)}
+def ica_moments(white: np.ndarray) -> Stats:
+    """A chunk's moment sums of whitened rows x_i (N x K): ``first`` (K,) sum_i x_i and ``third`` (K, K, K)
+    sum_i x_i (x) x_i (x) x_i. With the skewness contrast every FastICA step is a function of these
+    (``ica_step``), so the whole iteration runs on the client after one reduction (``fastica``). Memory: one
+    N x K product at a time."""
+    k = white.shape[1]
+    third = np.empty((k, k, k))
+    for a in range(k):
+        third[a] = (white * white[:, a:a + 1]).T @ white
+    return {"first": white.sum(axis=0), "third": third}
 
 
-def ica_step(sums: Stats, unmixing: np.ndarray, n_rows: float) -> np.ndarray | None:
-    """The symmetric FastICA fixed point w_k <- E[white g(y_k)] - E[g'(y_k)] w_k with g(u) = u^2, followed by
-    W <- (W W^T)^(-1/2) W; None when the updated rows are (numerically) linearly dependent, so that
-    (W W^T)^(-1/2) does not exist: the contrast has no fixed point from here.
+def ica_step(moments: Stats, unmixing: np.ndarray, n_rows: float) -> np.ndarray | None:
+    """The symmetric FastICA fixed point w_k <- E[x g(y_k)] - E[g'(y_k)] w_k with g(u) = u^2 and sources
+    y_k = w_k . x, followed by W <- (W W^T)^(-1/2) W; None when the updated rows are (numerically) linearly
+    dependent, so that (W W^T)^(-1/2) does not exist: the contrast has no fixed point from here.
 
+    From the moments (``ica_moments``): sum_i y_ik^2 x_i = T(w_k, w_k, .) and sum_i y_ik = w_k . sum_i x_i.
     Binary sources z_ik ~ Bern(p_k), p_k != 1/2, are skewed (skewness (1 - 2 p) / sqrt(p (1 - p))), so
     maximising the third moments of the whitened rows unmixes X = Z A + noise into one source per feature
     where the residual directions mix them.
     """
-    updated = sums["gy"] / n_rows - 2.0 * (sums["y_sum"] / n_rows)[:, None] * unmixing
+    gy = np.einsum("kb,kbc->kc", unmixing, np.tensordot(unmixing, moments["third"], axes=(1, 0)))
+    y_sum = unmixing @ moments["first"]
+    updated = gy / n_rows - 2.0 * (y_sum / n_rows)[:, None] * unmixing
     if not np.all(np.isfinite(updated)):
         return None
     values, vectors = np.linalg.eigh(updated @ updated.T)
     if values[0] <= ICA_RANK_TOL * values[-1]:
         return None
     return (vectors / np.sqrt(values)) @ vectors.T @ updated
+
+
+def fastica(moments: Stats, n_rows: float) -> np.ndarray | None:
+    """Unmixing matrix (K, K) of the whitened rows whose moments are ``moments`` (``ica_moments``, summed over
+    every chunk): ``ica_step`` from the identity until every row moves by at most ``ICA_TOL``
+    (1 - |w_new . w_old|); None if that takes more than ``ICA_STEPS`` steps or a step has no fixed point."""
+    unmixing = np.eye(moments["first"].shape[0])
+    for _ in range(ICA_STEPS):
+        updated = ica_step(moments, unmixing, n_rows)
+        if updated is None:
+            return None
+        moved = np.max(1.0 - np.abs(np.sum(updated * unmixing, axis=1)))
+        unmixing = updated
+        if moved <= ICA_TOL:
+            return unmixing
+    return None
 
 
 def binary_sources(y: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

@@ -256,15 +256,16 @@ def test_residual_initialisation_finds_a_planted_feature() -> None:
 
 def test_ica_unmixes_planted_binary_features() -> None:
     """Whitening gives identity covariance, and FastICA with the skewness contrast from the identity turns
-    X = Z A + noise into one source per feature, each thresholded to its true column of Z (rows in one chunk)."""
+    X = Z A + noise into one source per feature, each thresholded to its true column of Z (moments summed over
+three chunks)."""
     data = planted_features(np.random.default_rng(4), 2000, 20, 4)
     x = data.X
     mean, white = imf.whitening(imf.gram_sums(x), 4)
     whitened = (x - mean) @ white
     np.testing.assert_allclose(np.cov(whitened.T, bias=True), np.eye(4), atol=1e-10)
-    unmixing = np.eye(4)
-    for _ in range(50):
-        unmixing = imf.ica_step(imf.ica_sums(whitened @ unmixing.T, whitened), unmixing, x.shape[0])
+    moments = [imf.ica_moments(part) for part in np.array_split(whitened, 3)]
+    unmixing = imf.fastica({key: sum(m[key] for m in moments) for key in moments[0]}, x.shape[0])
+    assert unmixing is not None
     y = whitened @ unmixing.T
     signs, thresholds = imf.binary_sources(y)
     z = imf.new_feature_column(y, signs, thresholds) > 0.5
@@ -280,10 +281,23 @@ def test_ica_step_gives_up_on_dependent_sources() -> None:
     rng = np.random.default_rng(0)
     column = rng.random((50, 1))
     whitened = np.hstack([column, column]) - column.mean()
-    sums = imf.ica_sums(whitened @ np.eye(2).T, whitened)
-    assert imf.ica_step(sums, np.eye(2), 50.0) is None
-    nan_sums = {key: np.full_like(value, np.nan) for key, value in sums.items()}
-    assert imf.ica_step(nan_sums, np.eye(2), 50.0) is None
+    moments = imf.ica_moments(whitened)
+    assert imf.ica_step(moments, np.eye(2), 50.0) is None
+    nan_moments = {key: np.full_like(value, np.nan) for key, value in moments.items()}
+    assert imf.ica_step(nan_moments, np.eye(2), 50.0) is None
+
+
+def test_ica_step_from_moments_is_the_step_from_the_rows() -> None:
+    """The FastICA step from the moment sums equals the textbook step computed on the rows themselves
+    (sum_i y_ik^2 x_i and sum_i y_ik for sources y = x W^T), for a random unmixing matrix."""
+    rng = np.random.default_rng(5)
+    x = rng.exponential(size=(300, 4)) - 1.0
+    unmixing = np.linalg.qr(rng.normal(size=(4, 4)))[0]
+    y = x @ unmixing.T
+    updated = (y * y).T @ x / 300.0 - 2.0 * (y.sum(axis=0) / 300.0)[:, None] * unmixing
+    values, vectors = np.linalg.eigh(updated @ updated.T)
+    expected = (vectors / np.sqrt(values)) @ vectors.T @ updated
+    np.testing.assert_allclose(imf.ica_step(imf.ica_moments(x), unmixing, 300.0), expected, rtol=1e-12, atol=1e-12)
 
 
 def test_pruning_keeps_the_selected_features() -> None:

@@ -59,8 +59,6 @@ from buffet.pipeline.models.state import DriverState, StatefulDriver
 CAP_CHOICES = (2, 4, 8)  # caps on K+ tried below max_k when settings are chosen on validation
 DEFAULT_OFFSET_REG = 1.0  # ridge strength of the offsets candidate when offset_reg is not given
 OFFSET_SWEEPS = 20  # alternations of row and column offsets (ridge ALS converges in a few)
-ICA_STEPS = 200  # most FastICA steps of a restart (it converges in a few on planted features)
-ICA_TOL = 1e-8  # FastICA has converged when every unmixing row moves by at most this (1 - |w_new . w_old|)
 
 
 @dataclass
@@ -190,10 +188,6 @@ def data_stats_task(rows: DenseRows) -> dict:
 
 def whiten_task(rows: DenseRows, mean: np.ndarray, white: np.ndarray) -> np.ndarray:
     return (imf.observed(rows.X, rows.mask) - mean) @ white
-
-
-def ica_sums_task(white: np.ndarray, unmixing: np.ndarray) -> dict:
-    return imf.ica_sums(white @ unmixing.T, white)
 
 
 def sources_task(white: np.ndarray, unmixing: np.ndarray) -> np.ndarray:
@@ -546,7 +540,8 @@ class IMFDriver(StatefulDriver):
         return True
 
     def _start_restart(self) -> bool:
-        """q(z) at K+ = base K+ + 1 from scratch: the binary sources of an ICA of the data (``_ica``), with the
+        """q(z) at K+ = base K+ + 1 from scratch: the binary sources of an ICA of the data (``kernels.imf.fastica`` on the
+        moments of the whitened rows, one reduction), with the
         column posteriors of a fresh start (``start``); the alternation then runs as for any candidate. False
         (no restart) when the ICA does not converge: features used by half the rows are not skewed, and
         without a fixed point the unmixing would depend on rounding, so on the chunking."""
@@ -555,7 +550,7 @@ class IMFDriver(StatefulDriver):
         data_sums = engine.reduce(engine.map(data_stats_task, self.blocks))
         mean, white = imf.whitening(data_sums, k)
         whitened = engine.hold(engine.map(whiten_task, self.blocks, mean, white))
-        unmixing = self._ica(whitened, float(data_sums["n_rows"]), k)
+        unmixing = imf.fastica(engine.reduce(engine.map(imf.ica_moments, whitened)), float(data_sums["n_rows"]))
         if unmixing is None:
             return False
         sources = engine.hold(engine.map(sources_task, whitened, unmixing))
@@ -568,22 +563,6 @@ class IMFDriver(StatefulDriver):
         state.stats = self._reduce_stats()
         state.previous, state.iter_in_k = -np.inf, 0
         return True
-
-    def _ica(self, whitened: BlockSet, n_rows: float, k: int) -> np.ndarray | None:
-        """Unmixing matrix (k, k) of the whitened rows by symmetric FastICA (``kernels.imf.ica_step``) from the
-        identity, each step a reduction over the blocks; None if it has not converged in ``ICA_STEPS`` or a step
-        has no fixed point (``kernels.imf.ica_step``)."""
-        unmixing = np.eye(k)
-        for _ in range(ICA_STEPS):
-            sums = self.engine.reduce(self.engine.map(ica_sums_task, whitened, unmixing))
-            updated = imf.ica_step(sums, unmixing, n_rows)
-            if updated is None:
-                return None
-            moved = np.max(1.0 - np.abs(np.sum(updated * unmixing, axis=1)))
-            unmixing = updated
-            if moved <= ICA_TOL:
-                return unmixing
-        return None
 
     # -- results --
     def expected_z(self) -> np.ndarray:
