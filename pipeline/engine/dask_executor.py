@@ -29,7 +29,7 @@ from buffet.pipeline.engine.engine import (BlockSet, ClusterFailure, Engine, Sha
 from buffet.pipeline.engine.messages import ClusterLostError, is_cluster_failure
 
 T = TypeVar("T")
-POLL_SECONDS = 1.0  # how often a wait for results looks at the number of workers
+POLL_SECONDS = 0.25  # how often a wait for results looks at the number of workers
 GATHER_GRACE_SECONDS = 30.0  # bringing finished results back may take this long beyond worker_timeout
 
 
