@@ -188,13 +188,18 @@ class BNMF:
                               a_start=a)
         return res.a, {"S": res.S, "theta_sum": res.theta_sum, "sweeps": float(res.sweeps.sum())}
 
-    def svi_statistics(self, engine: Engine, state: BNMFState, blocks: BlockSet) -> dict:
-        """A minibatch's statistics, for the words it touches: the blocks' distinct words come here first, the
-        view of their union is sent (not the vocabulary's), and the blocks' statistics of their own words are
-        merged in block order (``bnmf_sparse.add_word_stats``)."""
+    def prepare(self, engine: Engine, blocks: BlockSet) -> BlockSet:
+        """The minibatch blocks' distinct words, kept on the workers until ``svi_statistics`` brings them here:
+        the driver starts this with the minibatch's reading, a step ahead, so a step waits for one round of
+        tasks (the local steps), not two."""
         engine.hold(blocks)  # read once for both passes over them
-        words = engine.collect(engine.map(distinct_words, blocks))
-        union = np.unique(np.concatenate(words))
+        return engine.hold(engine.map(distinct_words, blocks))
+
+    def svi_statistics(self, engine: Engine, state: BNMFState, blocks: BlockSet, prepared: BlockSet) -> dict:
+        """A minibatch's statistics, for the words it touches: the blocks' distinct words (``prepare``) come
+        here, the view of their union is sent (not the vocabulary's), and the blocks' statistics of their own
+        words are merged in block order (``bnmf_sparse.add_word_stats``)."""
+        union = np.unique(np.concatenate(engine.collect(prepared)))
         view = state.topics.view(union, dtype=np.dtype(self.config.precision), threads=CLIENT_THREADS)
         return engine.reduce(engine.map(self.svi_local, blocks, engine.share((union, view))),
                              combine=bnmf_sparse.add_word_stats)

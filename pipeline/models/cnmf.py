@@ -119,7 +119,11 @@ class CNMF:
                               u_start=None if last is None else last[0])
         return (res.u, res.alpha), {**res.statistics(), "steps": float(res.steps.sum())}
 
-    def svi_statistics(self, engine: Engine, state: CNMFState, blocks: BlockSet) -> dict:
+    def prepare(self, engine: Engine, blocks: BlockSet) -> None:
+        """Nothing to work out ahead: the local steps read every word's view."""
+        return None
+
+    def svi_statistics(self, engine: Engine, state: CNMFState, blocks: BlockSet, prepared: None) -> dict:
         """A minibatch's statistics: its blocks' local steps with every word's view, summed in block order."""
         return engine.reduce(engine.map(self.svi_local, blocks, engine.share(self.local_view(state))))
 

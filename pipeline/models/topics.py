@@ -9,8 +9,9 @@ each runs. Bayesian and correlated NMF differ only in their model object.
   q(theta) shapes, or u_d) on the workers; every iteration runs the local step over every block, reduces
   the statistics, updates the globals on the client and records the objective.
 * SVI reads one minibatch of contiguous rows per step (the minibatch order is shuffled per pass from the
-  seed), cut into blocks of ``chunk_rows`` rows, while the next minibatch is read; the model's local steps
-  give the minibatch's statistics (``svi_statistics``), which scaled by D/|C_t| take a natural-gradient
+  seed), cut into blocks of ``chunk_rows`` rows, while the next minibatch is read and what the model needs of
+  its documents alone is worked out (``prepare``); the model's local steps give the minibatch's statistics
+  (``svi_statistics``), which scaled by D/|C_t| take a natural-gradient
   step of size rho_t = (t0 + t)^-kappa (eqs. 11.33-11.35).
 
 Held-out documents (the ``split``'s rows) are scored by threefold document completion every
@@ -151,7 +152,8 @@ class TopicModel(Protocol):
     def initial_globals(self, corpus: Corpus, n_tokens: float, n_docs: int) -> TopicState: ...
     def local_view(self, state: TopicState) -> Any: ...
     def batch_local(self, rows: CSRRows, local: Any, view: Any) -> tuple[Any, dict]: ...
-    def svi_statistics(self, engine: Engine, state: TopicState, blocks: BlockSet) -> dict: ...
+    def prepare(self, engine: Engine, blocks: BlockSet) -> Any: ...
+    def svi_statistics(self, engine: Engine, state: TopicState, blocks: BlockSet, prepared: Any) -> dict: ...
     def batch_update(self, engine: Engine, state: TopicState, stats: dict, locals_: BlockSet) -> TopicState: ...
     def objective(self, engine: Engine, rows: BlockSet, locals_: BlockSet, state: TopicState) -> float: ...
     def stochastic_update(self, state: TopicState, stats: dict, scale: float, rho: float) -> TopicState: ...
@@ -182,7 +184,7 @@ class TopicDriver(StatefulDriver):
         self.eval_rows = self._eval_blocks(self.config.eval_docs)
         if self.eval_rows is not None:
             engine.hold(self.eval_rows)
-        self._prefetched: tuple[int, BlockSet] | None = None
+        self._prefetched: tuple[int, BlockSet, Any] | None = None
 
     def _eval_blocks(self, count: int | None) -> BlockSet | None:
         """``count`` held-out documents drawn by the seed (all with None), in blocks of
@@ -266,21 +268,33 @@ class TopicDriver(StatefulDriver):
                             self.corpus.held_out)
 
     def _svi_step(self, step: int) -> dict:
-        """One SVI step; the next minibatch is read while this one is processed."""
-        blocks = self._prefetched[1] if self._prefetched and self._prefetched[0] == step else self._minibatch(step)
-        self._prefetched = (step + 1, self.engine.read_ahead(self._minibatch(step + 1))) \
-            if step + 1 < self.total_steps() else None
-        stats, rho = self.svi_update(blocks, step, self.corpus.n_train)
+        """One SVI step; the next minibatch is read, and prepared (``TopicModel.prepare``), while this one is
+        processed."""
+        if self._prefetched and self._prefetched[0] == step:
+            _, blocks, prepared = self._prefetched
+        else:
+            blocks = self._minibatch(step)
+            prepared = self.model.prepare(self.engine, blocks)
+        self._prefetched = self._read_ahead(step + 1) if step + 1 < self.total_steps() else None
+        stats, rho = self.svi_update(blocks, step, self.corpus.n_train, prepared)
         record_key, stat_key = self.model.effort
         return {"pass": step // len(self.minibatches) + 1, "docs_seen": self.state.docs_seen, "rho": rho,
                 record_key: stats[stat_key] / max(stats["docs"], 1.0)}
 
-    def svi_update(self, blocks: BlockSet, step: int, n_docs: float) -> tuple[dict, float]:
+    def _read_ahead(self, step: int) -> tuple[int, BlockSet, Any]:
+        """Minibatch ``step``'s blocks and what the model prepares of them, started now."""
+        blocks = self.engine.read_ahead(self._minibatch(step))
+        return step, blocks, self.model.prepare(self.engine, blocks)
+
+    def svi_update(self, blocks: BlockSet, step: int, n_docs: float, prepared: Any = None) -> tuple[dict, float]:
         """SVI step ``step`` on the minibatch ``blocks`` of a corpus of ``n_docs`` documents: local steps
         on the workers, then the natural-gradient update of the globals with the minibatch sums scaled
         by n_docs / |batch| (eqs. 11.33-11.35). The one update path of ``fit`` and of the estimators'
-        ``partial_fit``. Returns the reduced statistics and the step size."""
-        stats = self.model.svi_statistics(self.engine, self.state, blocks)
+        ``partial_fit``; ``prepared`` is the model's ``prepare`` of ``blocks`` if it was started ahead. Returns
+        the reduced statistics and the step size."""
+        if prepared is None:
+            prepared = self.model.prepare(self.engine, blocks)
+        stats = self.model.svi_statistics(self.engine, self.state, blocks, prepared)
         rho = bnmf.step_size(step, self.config.t0, self.config.kappa)
         if stats["docs"] > 0:
             self.state = self.model.stochastic_update(self.state, stats, n_docs / stats["docs"], rho)
