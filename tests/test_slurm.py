@@ -130,11 +130,14 @@ def site_job_script(tmp_path: Path, model: str) -> str:
             return cluster.job_script()
 
 
-def test_job_script_follows_jobqueue_yaml_and_the_model(tmp_path: Path) -> None:
+def test_job_script_follows_jobqueue_yaml_and_the_model(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The example jobqueue.yaml reaches the job script (account, partition, extra directive, prologue, spill
-    folder) with start_cluster.py's lifetime and TLS files; bnmf gets one worker of 8 threads per 8-core job,
-    the particle filter 8 single-threaded workers."""
+    folder, the log folder under the user's home) with start_cluster.py's lifetime and TLS files; bnmf gets one
+    worker of 8 threads per 8-core job, the particle filter 8 single-threaded workers."""
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
     topic, sampler = site_job_script(tmp_path, "bnmf"), site_job_script(tmp_path, "pf-linear-gaussian")
+    assert (tmp_path / "home" / "dask-logs").is_dir()
+    assert f"#SBATCH -e {tmp_path / 'home' / 'dask-logs'}/" in topic, topic
     for script in (topic, sampler):
         for line in ["#SBATCH -A my-project", "#SBATCH -p compute", "#SBATCH --qos=normal",
                      "source ~/venvs/buffet/bin/activate", "DASK_DISTRIBUTED__NANNY__PRE_SPAWN_ENVIRON",

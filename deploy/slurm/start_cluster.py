@@ -109,12 +109,16 @@ def processes_per_job(model: str | None, cores: int, processes: int | None) -> i
 
 def cluster_options(opts: argparse.Namespace, cores: int, processes: int, credentials: Credentials) -> dict:
     """SLURMCluster's arguments: the options given (the rest come from jobqueue.yaml), the worker shape,
-    the lifetime and TLS; jobqueue.yaml's worker arguments and job script lines are kept, these added."""
+    the lifetime and TLS; jobqueue.yaml's worker arguments and job script lines are kept, these added. A
+    leading ``~`` of the jobs' log folder is the user's home here (dask-jobqueue would make a folder named
+    ``~`` where the command runs, and sbatch would not expand it either)."""
     import dask
 
+    logs = opts.log_directory or dask.config.get("jobqueue.slurm.log-directory", None)
     given = {"memory": opts.memory, "walltime": opts.walltime, "queue": opts.queue, "account": opts.account,
              "interface": opts.interface, "local_directory": opts.local_directory,
-             "log_directory": opts.log_directory, "job_extra_directives": opts.job_extra_directive}
+             "log_directory": None if logs is None else os.path.expanduser(logs),
+             "job_extra_directives": opts.job_extra_directive}
     kwargs = {name: value for name, value in given.items() if value is not None}
     worker_args = list(dask.config.get("jobqueue.slurm.worker-extra-args", None) or [])
     if opts.worker_lifetime is not None:
