@@ -89,8 +89,8 @@ class LazyTopics:
         """sum_v E beta_vk = sum_v g_vk / h_k (the rate of q(theta), eq. 11.29)."""
         return (self.P * self.column_sums + len(self.E) * self.prior * (1.0 - self.P)) / self.rate
 
-    def view(self, words: np.ndarray, dtype=np.float64, threads: int = 1) -> TopicView:
-        """What the local steps of documents using only ``words`` read (eq. 11.24)."""
+    def view(self, words: np.ndarray | None, dtype=np.float64, threads: int = 1) -> TopicView:
+        """What the local steps of documents using only ``words`` (every word with None) read (eq. 11.24)."""
         return TopicView(exp_elog_beta(self.shapes(words), self.rate, dtype, threads), self.mean_sums())
 
     def update(self, words: np.ndarray, S: np.ndarray, theta_sum: np.ndarray, hyper: Hyper,

@@ -18,7 +18,7 @@ from buffet.pipeline.engine.runstore import RunStore
 from buffet.pipeline.engine.seeds import stream
 from buffet.pipeline.models.bnmf import BNMFConfig
 
-from helpers import checkpoint, restored_driver
+from helpers import assert_same, checkpoint, restored_driver
 
 
 def _best_match_cosine(true_topics, learned_topics):
@@ -109,6 +109,31 @@ def test_same_seed_same_topics_on_1_and_2_workers_and_other_chunkings(tmp_path, 
         assert np.abs(topics - runs[0][0]).max() <= 1e-10
         held = [r["heldout_ll"] for r in trace if "heldout_ll" in r]
         np.testing.assert_allclose(held, [r["heldout_ll"] for r in runs[0][1] if "heldout_ll" in r], atol=1e-10)
+
+
+def test_the_whole_vocabulary_s_view_gives_the_numbers_of_the_touched_words_view(tmp_path, corpus_store, clients,
+                                                                                  monkeypatch):
+    """A minibatch sent every word's view (after one that touched most of the vocabulary) and one sent only its
+    words' view, gathered first, end in the same checkpoint bit for bit, on 2 worker processes."""
+    import buffet.pipeline.models.bnmf as bnmf_model
+
+    prepare, answers = bnmf_model.BNMF.prepare, []
+
+    def counted(self, engine, state, blocks):
+        answers.append(prepare(self, engine, state, blocks))
+        return answers[-1]
+
+    monkeypatch.setattr(bnmf_model.BNMF, "prepare", counted)
+    config = BNMFConfig(n_topics=6, batch_size=300, passes=2, chunk_rows=150, eval_every=3, seed=4)
+    ends = {}
+    for share in (2.0, 1e-9):  # never; from the third step on (the second is prepared while the first runs)
+        monkeypatch.setattr(bnmf_model, "WHOLE_VIEW_SHARE", share)
+        answers.clear()
+        ends[share] = checkpoint(fit_run("bnmf", source_of(corpus_store), tmp_path / f"share{share}", config,
+                                         engine_on(clients[2]), quiet=True))
+        whole = sum(isinstance(answer, str) for answer in answers)
+        assert whole == (0 if share > 1 else len(answers) - 2), (share, answers)
+    assert_same(ends[2.0], ends[1e-9])
 
 
 def test_an_svi_step_sends_only_its_minibatch_to_the_cluster(corpus_store, clients):

@@ -21,6 +21,11 @@ from buffet.pipeline.models.topics import CLIENT_THREADS, Corpus, TopicModelConf
 
 TOPIC_SHAPE = 0.5  # the default shape c0 / V of the topic prior beta_vk ~ Gamma(c0/V, c0)
 SVI_SHAPES = "svi_shapes"  # the globals' name of the lazy shapes' own values (``BNMFState.to_arrays``)
+# A minibatch is sent the whole vocabulary's view, without first gathering its words, once the last one
+# touched at least this share of the vocabulary: the view of every word then costs little more than that of
+# the words touched, and the round of tasks that finds them is saved (``BNMF.prepare``). Same numbers either way.
+WHOLE_VIEW_SHARE = 0.5
+ALL_WORDS = "all words"  # ``BNMF.prepare``'s answer when the next minibatch gets the whole vocabulary's view
 
 
 @dataclass
@@ -104,6 +109,7 @@ class BNMFState(DriverState):
 
     topics: bnmf_sparse.LazyTopics
     docs_seen: int
+    touched: float = 0.0  # share of the vocabulary the last minibatch touched (not checkpointed: 0 on resume)
 
     @classmethod
     def of(cls, g: np.ndarray, h: np.ndarray, docs_seen: int) -> "BNMFState":
@@ -188,19 +194,25 @@ class BNMF:
                               a_start=a)
         return res.a, {"S": res.S, "theta_sum": res.theta_sum, "sweeps": float(res.sweeps.sum())}
 
-    def prepare(self, engine: Engine, blocks: BlockSet) -> BlockSet:
+    def prepare(self, engine: Engine, state: BNMFState, blocks: BlockSet) -> BlockSet | str:
         """The minibatch blocks' distinct words, kept on the workers until ``svi_statistics`` brings them here:
         the driver starts this with the minibatch's reading, a step ahead, so a step waits for one round of
-        tasks (the local steps), not two."""
+        tasks (the local steps), not two. ``ALL_WORDS`` instead when the last minibatch touched
+        ``WHOLE_VIEW_SHARE`` of the vocabulary or more."""
         engine.hold(blocks)  # read once for both passes over them
+        if state.touched >= WHOLE_VIEW_SHARE:
+            return ALL_WORDS
         return engine.hold(engine.map(distinct_words, blocks))
 
-    def svi_statistics(self, engine: Engine, state: BNMFState, blocks: BlockSet, prepared: BlockSet) -> dict:
+    def svi_statistics(self, engine: Engine, state: BNMFState, blocks: BlockSet, prepared: BlockSet | str) -> dict:
         """A minibatch's statistics, for the words it touches: the blocks' distinct words (``prepare``) come
-        here, the view of their union is sent (not the vocabulary's), and the blocks' statistics of their own
-        words are merged in block order (``bnmf_sparse.add_word_stats``)."""
-        union = np.unique(np.concatenate(engine.collect(prepared)))
-        view = state.topics.view(union, dtype=np.dtype(self.config.precision), threads=CLIENT_THREADS)
+        here, the view of their union is sent (not the vocabulary's, unless ``prepared`` is ``ALL_WORDS``), and
+        the blocks' statistics of their own words are merged in block order (``bnmf_sparse.add_word_stats``)."""
+        if isinstance(prepared, str):
+            union, words = np.arange(len(state.topics.E)), None
+        else:
+            union = words = np.unique(np.concatenate(engine.collect(prepared)))
+        view = state.topics.view(words, dtype=np.dtype(self.config.precision), threads=CLIENT_THREADS)
         return engine.reduce(engine.map(self.svi_local, blocks, engine.share((union, view))),
                              combine=bnmf_sparse.add_word_stats)
 
@@ -230,6 +242,7 @@ class BNMF:
     def stochastic_update(self, state: BNMFState, stats: dict, scale: float, rho: float) -> BNMFState:
         """q(beta)'s natural-gradient step (eqs. 11.33-11.34) in the words the minibatch touched, in place."""
         state.topics.update(stats[bnmf_sparse.WORDS], stats["S"], stats["theta_sum"], self.hyper, scale, rho)
+        state.touched = len(stats[bnmf_sparse.WORDS]) / len(state.topics.E)
         return state
 
     def eval_view(self, state: BNMFState) -> tuple[bnmf.TopicView, np.ndarray]:

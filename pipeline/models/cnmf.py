@@ -119,7 +119,7 @@ class CNMF:
                               u_start=None if last is None else last[0])
         return (res.u, res.alpha), {**res.statistics(), "steps": float(res.steps.sum())}
 
-    def prepare(self, engine: Engine, blocks: BlockSet) -> None:
+    def prepare(self, engine: Engine, state: CNMFState, blocks: BlockSet) -> None:
         """Nothing to work out ahead: the local steps read every word's view."""
         return None
 

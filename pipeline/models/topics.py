@@ -152,7 +152,7 @@ class TopicModel(Protocol):
     def initial_globals(self, corpus: Corpus, n_tokens: float, n_docs: int) -> TopicState: ...
     def local_view(self, state: TopicState) -> Any: ...
     def batch_local(self, rows: CSRRows, local: Any, view: Any) -> tuple[Any, dict]: ...
-    def prepare(self, engine: Engine, blocks: BlockSet) -> Any: ...
+    def prepare(self, engine: Engine, state: TopicState, blocks: BlockSet) -> Any: ...
     def svi_statistics(self, engine: Engine, state: TopicState, blocks: BlockSet, prepared: Any) -> dict: ...
     def batch_update(self, engine: Engine, state: TopicState, stats: dict, locals_: BlockSet) -> TopicState: ...
     def objective(self, engine: Engine, rows: BlockSet, locals_: BlockSet, state: TopicState) -> float: ...
@@ -274,7 +274,7 @@ class TopicDriver(StatefulDriver):
             _, blocks, prepared = self._prefetched
         else:
             blocks = self._minibatch(step)
-            prepared = self.model.prepare(self.engine, blocks)
+            prepared = self.model.prepare(self.engine, self.state, blocks)
         self._prefetched = self._read_ahead(step + 1) if step + 1 < self.total_steps() else None
         stats, rho = self.svi_update(blocks, step, self.corpus.n_train, prepared)
         record_key, stat_key = self.model.effort
@@ -284,7 +284,7 @@ class TopicDriver(StatefulDriver):
     def _read_ahead(self, step: int) -> tuple[int, BlockSet, Any]:
         """Minibatch ``step``'s blocks and what the model prepares of them, started now."""
         blocks = self.engine.read_ahead(self._minibatch(step))
-        return step, blocks, self.model.prepare(self.engine, blocks)
+        return step, blocks, self.model.prepare(self.engine, self.state, blocks)
 
     def svi_update(self, blocks: BlockSet, step: int, n_docs: float, prepared: Any = None) -> tuple[dict, float]:
         """SVI step ``step`` on the minibatch ``blocks`` of a corpus of ``n_docs`` documents: local steps
@@ -293,7 +293,7 @@ class TopicDriver(StatefulDriver):
         ``partial_fit``; ``prepared`` is the model's ``prepare`` of ``blocks`` if it was started ahead. Returns
         the reduced statistics and the step size."""
         if prepared is None:
-            prepared = self.model.prepare(self.engine, blocks)
+            prepared = self.model.prepare(self.engine, self.state, blocks)
         stats = self.model.svi_statistics(self.engine, self.state, blocks, prepared)
         rho = bnmf.step_size(step, self.config.t0, self.config.kappa)
         if stats["docs"] > 0:
