@@ -18,7 +18,7 @@ import json
 import os
 import uuid
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, BinaryIO, Iterator
 
 import fsspec
 import zarr
@@ -129,18 +129,27 @@ def read_bytes(location: str, options: dict[str, Any] | None = None) -> bytes:
     return fs.cat_file(path)
 
 
-def write_bytes(location: str, data: bytes, options: dict[str, Any] | None = None) -> None:
-    """Write a whole small file so that readers see the old content or the new, never a mix: on disk a
+def write_bytes(location: str, data: bytes | memoryview, options: dict[str, Any] | None = None) -> None:
+    """Write a whole file so that readers see the old content or the new, never a mix: on disk a
     temporary file beside it renamed over it; on an object store one PUT (which stores all or nothing)."""
     if is_url(location):
         fs, path = filesystem(location, options)
-        fs.pipe_file(path, data)
+        fs.pipe_file(path, bytes(data))
         return
+    with writing(location) as handle:
+        handle.write(data)
+
+
+@contextlib.contextmanager
+def writing(location: str) -> Iterator[BinaryIO]:
+    """A local file opened for writing that appears at ``location`` whole or not at all: written beside it under
+    a temporary name and renamed over it when the block ends without an error."""
     target = Path(location)
     target.parent.mkdir(parents=True, exist_ok=True)
     tmp = target.with_name(f".{target.name}.tmp-{uuid.uuid4().hex[:8]}")
     try:
-        tmp.write_bytes(data)
+        with open(tmp, "wb") as handle:
+            yield handle
         os.replace(tmp, target)
     finally:
         tmp.unlink(missing_ok=True)

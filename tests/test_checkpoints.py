@@ -6,6 +6,7 @@ is not reported as finished. On local disk and in a bucket of the local S3 API s
 import logging
 import subprocess
 import sys
+import zlib
 
 import numpy as np
 import pytest
@@ -16,7 +17,7 @@ from buffet.pipeline.engine.dataset import source_of
 from buffet.pipeline.engine.executor_choice import engine_on
 from buffet.pipeline.engine.process_executor import ProcessEngine
 from buffet.pipeline.engine.runs import fit_run, resume_run
-from buffet.pipeline.engine.runstore import RunStore, read_block_file, write_block_file
+from buffet.pipeline.engine.runstore import RunStore, decode_arrays, read_block_file, write_arrays, write_block_file
 from buffet.pipeline.models.bnmf import BNMFConfig
 
 from helpers import assert_same, checkpoint
@@ -170,3 +171,25 @@ def test_commands_on_a_run_whose_checkpoints_are_all_unreadable_say_so_in_one_li
         assert proc.stderr.startswith(f"buffet: error: {run.path}: all 2 checkpoints are unreadable (")
         assert len(proc.stderr.strip().splitlines()) == 1, proc.stderr
     assert not (tmp_path / "x.npz").exists()
+
+
+def test_arrays_written_straight_to_disk_have_the_record_of_their_bytes_and_are_never_half_written(tmp_path):
+    """``write_arrays`` on local disk saves into the file and reads its record back: the same size and CRC-32
+    as the bytes of the same arrays, and the same arrays read back. A save that fails part-way leaves neither
+    the file nor its temporary beside it."""
+    arrays = {"E": np.arange(12.0).reshape(3, 4), "rate": np.ones(4)}
+    target = tmp_path / "ckpt" / "globals.npz"
+    record = write_arrays(str(target), arrays)
+    data = target.read_bytes()
+    assert (record.size, record.crc32) == (len(data), zlib.crc32(data))
+    assert record.mismatch(data) is None and record.mismatch(data[:-1]) is not None
+    read = decode_arrays(str(target), "here")
+    assert read.keys() == arrays.keys() and all(np.array_equal(read[k], arrays[k]) for k in arrays)
+
+    class Unsaveable:
+        def __array__(self, *args, **kwargs):
+            raise OSError(28, "No space left on device")
+
+    with pytest.raises(OSError, match="No space"):
+        write_arrays(str(tmp_path / "ckpt" / "other.npz"), {"E": arrays["E"], "bad": Unsaveable()})
+    assert sorted(p.name for p in (tmp_path / "ckpt").iterdir()) == ["globals.npz"]

@@ -251,3 +251,17 @@ def test_stochastic_update_blends_the_batch_update_of_the_scaled_statistics():
         g_new, h_new = bnmf.stochastic_update(g, h, S, theta_sum, hyper, 25.0, rho)
         np.testing.assert_array_equal(g_new, (1 - rho) * g + rho * g_hat)
         np.testing.assert_array_equal(h_new, (1 - rho) * h + rho * h_hat)
+
+
+@pytest.mark.parametrize("n_words, n", [(300, 10), (6, 10), (6, 0)])
+def test_top_words_are_those_of_the_whole_sorted_topic_word_matrix(n_words, n):
+    """One topic at a time, the words of the largest E[beta] first, as a full sort of the normalised K x V
+    matrix gives them; rates per topic or per entry; equal means ordered by word id."""
+    rng = np.random.default_rng(2)
+    g, h = rng.gamma(1.0, size=(n_words, 4)), rng.gamma(2.0, size=4)
+    g[[1, 4], 2] = g[0, 2] = g.max() + 1.0  # three equal best words in topic 2
+    expected = [[f"w{v}" for v in row] for row in np.argsort(-bnmf.topic_word(g, h), axis=1, kind="stable")[:, :n]]
+    assert bnmf.top_words(g, h, None, n) == expected
+    assert bnmf.top_words(g, np.tile(h, (n_words, 1)), None, n) == expected
+    vocab = [f"word{v}" for v in range(n_words)]
+    assert bnmf.top_words(g, h, vocab, n)[2][:3] == ["word0", "word1", "word4"][:n]

@@ -35,7 +35,8 @@ import numpy as np
 
 from buffet.data.errors import StoreError, UserError
 from buffet.data.store import check_format
-from buffet.data.urls import Location, exists, filesystem, join, normalise, read_bytes, remove, write_bytes
+from buffet.data.urls import (Location, exists, filesystem, is_url, join, normalise, read_bytes, remove, write_bytes,
+                              writing)
 from buffet.pipeline.engine.lease import LEASE_FILE, Lease
 from buffet.pipeline.engine.messages import logger
 
@@ -44,6 +45,7 @@ RUN_FILE = "run.json"
 MANIFEST = "manifest.json"
 CHECKPOINT_FORMAT = 1
 KEEP = 2  # complete checkpoints kept after a commit
+CRC_PIECE = 16 << 20  # bytes read at a time to check a local file's size and CRC-32
 
 log = logger("runs")
 
@@ -69,15 +71,28 @@ class FileRecord:
     crc32: int
 
     @classmethod
-    def of(cls, path: str, data: bytes) -> "FileRecord":
+    def of(cls, path: str, data: bytes | memoryview) -> "FileRecord":
         """The record of ``data`` written at ``path``."""
         return cls(path, len(data), zlib.crc32(data))
 
+    @classmethod
+    def of_local_file(cls, path: str) -> "FileRecord":
+        """The record of the local file at ``path``, read in pieces of ``CRC_PIECE`` bytes."""
+        crc, size = 0, 0
+        with open(path, "rb") as handle:
+            while piece := handle.read(CRC_PIECE):
+                crc, size = zlib.crc32(piece, crc), size + len(piece)
+        return cls(path, size, crc)
+
     def mismatch(self, data: bytes) -> str | None:
         """What differs between ``data`` and this record, or None."""
-        if len(data) != self.size:
-            return f"{len(data)} bytes where the manifest says {self.size}"
-        if zlib.crc32(data) != self.crc32:
+        return self.mismatch_file(FileRecord.of(self.path, data))
+
+    def mismatch_file(self, found: "FileRecord") -> str | None:
+        """What differs between the file as ``found`` and this record, or None."""
+        if found.size != self.size:
+            return f"{found.size} bytes where the manifest says {self.size}"
+        if found.crc32 != self.crc32:
             return "its checksum differs from the manifest's"
         return None
 
@@ -93,17 +108,33 @@ class Checkpoint:
     url: str
 
 
-def encode_arrays(arrays: dict[str, np.ndarray]) -> bytes:
-    """Arrays as the bytes of an ``.npz`` file (no pickled objects)."""
+def encode_arrays(arrays: dict[str, np.ndarray]) -> memoryview:
+    """Arrays as the bytes of an ``.npz`` file (no pickled objects), a view of the buffer they were written
+    to rather than a copy of it: a checkpoint of a wide vocabulary's topics is hundreds of MB."""
     buffer = io.BytesIO()
     np.savez(buffer, **arrays)
-    return buffer.getvalue()
+    return buffer.getbuffer()
 
 
-def decode_arrays(data: bytes, where: str) -> dict[str, np.ndarray]:
-    """The arrays of ``.npz`` bytes; unreadable bytes are a ``StoreError`` naming ``where``."""
+def write_arrays(location: str, arrays: dict[str, np.ndarray],
+                 storage_options: dict[str, Any] | None = None) -> FileRecord:
+    """``arrays`` as an ``.npz`` file at ``location``, whole or not at all (``write_bytes``), and its record. On
+    local disk they are saved straight into the file and the record is read back from it, so no copy of the
+    file is held in memory (a wide vocabulary's topics make hundreds of MB); elsewhere one PUT of the bytes."""
+    if is_url(location):
+        data = encode_arrays(arrays)
+        write_bytes(location, data, storage_options)
+        return FileRecord.of(location, data)
+    with writing(location) as handle:
+        np.savez(handle, **arrays)
+    return FileRecord.of_local_file(location)
+
+
+def decode_arrays(data: bytes | str, where: str) -> dict[str, np.ndarray]:
+    """The arrays of ``.npz`` bytes, or of the local ``.npz`` file at the path ``data``; unreadable content is
+    a ``StoreError`` naming ``where``."""
     try:
-        with np.load(io.BytesIO(data), allow_pickle=False) as npz:
+        with np.load(io.BytesIO(data) if isinstance(data, bytes) else data, allow_pickle=False) as npz:
             return {k: npz[k] for k in npz.files}
     except (OSError, ValueError, EOFError, zlib.error) as exc:
         raise StoreError(f"{where}: not a readable .npz file ({exc})") from None
@@ -113,9 +144,7 @@ def write_block_file(url: str, arrays: dict[str, np.ndarray],
                      storage_options: dict[str, Any] | None = None) -> FileRecord:
     """Write one block's arrays to ``url`` (``CheckpointWriter.block_url``): the worker holding the block
     calls this. Returns the record the client puts in the manifest."""
-    data = encode_arrays(arrays)
-    write_bytes(url, data, storage_options)
-    return FileRecord.of(url, data)
+    return write_arrays(url, arrays, storage_options)
 
 
 def read_block_file(url: str, storage_options: dict[str, Any] | None = None,
@@ -303,12 +332,10 @@ class RunStore:
         checkpoints."""
         if step != writer.step:
             raise ValueError(f"checkpoint folder {writer.name} is for step {writer.step}, not {step}")
-        records: dict[str, FileRecord] = {}
-        written = (("globals.npz", encode_arrays(globals)), ("state.json", _json_bytes({"step": step, **state})))
-        for name, data in written:
-            url = join(writer.url, name)
-            write_bytes(url, data, self.storage_options)
-            records[name] = FileRecord.of(url, data)
+        records = {"globals.npz": write_arrays(join(writer.url, "globals.npz"), globals, self.storage_options)}
+        url, data = join(writer.url, "state.json"), _json_bytes({"step": step, **state})
+        write_bytes(url, data, self.storage_options)
+        records["state.json"] = FileRecord.of(url, data)
         block_names = {name: [writer.relative(r) for r in recs] for name, recs in blocks.items()}
         for record in [r for recs in blocks.values() for r in recs]:
             records[writer.relative(record)] = record
@@ -368,28 +395,44 @@ class RunStore:
         """The checkpoint in folder ``name``, verified against its manifest, or ``Unreadable``."""
         url = join(self.path, name)
         step, files, blocks = self._manifest(url)
-        loaded = {}
         for key in ("globals.npz", "state.json"):
             if key not in files:
                 raise Unreadable(f"its manifest does not name {key}")
-            try:
-                data = read_bytes(files[key].path, self.storage_options)
-            except FileNotFoundError:
-                raise Unreadable(f"{key} is missing") from None
-            problem = files[key].mismatch(data)
-            if problem:
-                raise Unreadable(f"{key}: {problem}")
-            loaded[key] = data
         try:
-            arrays = decode_arrays(loaded["globals.npz"], url)
-            state = json.loads(loaded["state.json"])
+            arrays = self._verified_arrays(files["globals.npz"], url)
+            state = json.loads(self._verified_bytes(files["state.json"], "state.json"))
         except (StoreError, ValueError, UnicodeDecodeError) as exc:
             raise Unreadable(f"unreadable content ({exc})") from None
-        others = [r for key, r in files.items() if key not in loaded]
+        others = [r for key, r in files.items() if key not in ("globals.npz", "state.json")]
         for record, problem in zip(others, verify(others)):
             if problem:
                 raise Unreadable(f"{record.path[len(url) + 1:]}: {problem}")
         return Checkpoint(step, arrays, state, {k: [files[p] for p in v] for k, v in blocks.items()}, url)
+
+    def _verified_bytes(self, record: FileRecord, key: str) -> bytes:
+        """The content of the file ``record`` names, or ``Unreadable`` if it is missing or not as recorded."""
+        try:
+            data = read_bytes(record.path, self.storage_options)
+        except FileNotFoundError:
+            raise Unreadable(f"{key} is missing") from None
+        problem = record.mismatch(data)
+        if problem:
+            raise Unreadable(f"{key}: {problem}")
+        return data
+
+    def _verified_arrays(self, record: FileRecord, where: str) -> dict[str, np.ndarray]:
+        """The arrays of the globals file ``record`` names, checked against it first (``Unreadable`` if not
+        as recorded). On local disk the check reads the file in pieces and the arrays are loaded from it, so
+        no copy of the file is held in memory beside them (``write_arrays``)."""
+        if is_url(record.path):
+            return decode_arrays(self._verified_bytes(record, "globals.npz"), where)
+        try:
+            problem = record.mismatch_file(FileRecord.of_local_file(record.path))
+        except FileNotFoundError:
+            raise Unreadable("globals.npz is missing") from None
+        if problem:
+            raise Unreadable(f"globals.npz: {problem}")
+        return decode_arrays(record.path, where)
 
     def _manifest(self, url: str) -> tuple[int, dict[str, FileRecord], dict[str, list[str]]]:
         """Step, file records and block lists of the manifest of the checkpoint folder ``url``."""
