@@ -21,10 +21,11 @@ from buffet.pipeline.models.topics import CLIENT_THREADS, Corpus, TopicModelConf
 
 TOPIC_SHAPE = 0.5  # the default shape c0 / V of the topic prior beta_vk ~ Gamma(c0/V, c0)
 SVI_SHAPES = "svi_shapes"  # the globals' name of the lazy shapes' own values (``BNMFState.to_arrays``)
-# A minibatch is sent the whole vocabulary's view, without first gathering its words, once the last one
-# touched at least this share of the vocabulary: the view of every word then costs little more than that of
-# the words touched, and the round of tasks that finds them is saved (``BNMF.prepare``). Same numbers either way.
-WHOLE_VIEW_SHARE = 0.5
+# A minibatch is sent the whole vocabulary's view, without first gathering its words, when that view holds at
+# most this many entries (words x K) beyond the words the last minibatch touched: computing them (about 12 ns
+# each on two threads) then costs about what the round of tasks that finds the words does (``BNMF.prepare``).
+# Same numbers either way.
+WHOLE_VIEW_SPARE = 1_000_000
 ALL_WORDS = "all words"  # ``BNMF.prepare``'s answer when the next minibatch gets the whole vocabulary's view
 
 
@@ -109,7 +110,7 @@ class BNMFState(DriverState):
 
     topics: bnmf_sparse.LazyTopics
     docs_seen: int
-    touched: float = 0.0  # share of the vocabulary the last minibatch touched (not checkpointed: 0 on resume)
+    touched: int = 0  # words the last minibatch touched (not checkpointed: 0 on resume)
 
     @classmethod
     def of(cls, g: np.ndarray, h: np.ndarray, docs_seen: int) -> "BNMFState":
@@ -197,10 +198,11 @@ class BNMF:
     def prepare(self, engine: Engine, state: BNMFState, blocks: BlockSet) -> BlockSet | str:
         """The minibatch blocks' distinct words, kept on the workers until ``svi_statistics`` brings them here:
         the driver starts this with the minibatch's reading, a step ahead, so a step waits for one round of
-        tasks (the local steps), not two. ``ALL_WORDS`` instead when the last minibatch touched
-        ``WHOLE_VIEW_SHARE`` of the vocabulary or more."""
+        tasks (the local steps), not two. ``ALL_WORDS`` instead when the whole vocabulary's view holds at most
+        ``WHOLE_VIEW_SPARE`` entries beyond the words the last minibatch touched."""
         engine.hold(blocks)  # read once for both passes over them
-        if state.touched >= WHOLE_VIEW_SHARE:
+        n_words, n_topics = state.topics.E.shape
+        if (n_words - state.touched) * n_topics <= WHOLE_VIEW_SPARE:
             return ALL_WORDS
         return engine.hold(engine.map(distinct_words, blocks))
 
@@ -242,7 +244,7 @@ class BNMF:
     def stochastic_update(self, state: BNMFState, stats: dict, scale: float, rho: float) -> BNMFState:
         """q(beta)'s natural-gradient step (eqs. 11.33-11.34) in the words the minibatch touched, in place."""
         state.topics.update(stats[bnmf_sparse.WORDS], stats["S"], stats["theta_sum"], self.hyper, scale, rho)
-        state.touched = len(stats[bnmf_sparse.WORDS]) / len(state.topics.E)
+        state.touched = len(stats[bnmf_sparse.WORDS])
         return state
 
     def eval_view(self, state: BNMFState) -> tuple[bnmf.TopicView, np.ndarray]:
