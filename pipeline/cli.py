@@ -24,7 +24,7 @@ import numpy as np
 
 from buffet.data.arrays import DEFAULT_ROWS_PER_CHUNK
 from buffet.data.errors import UserError
-from buffet.data.urls import exists, join, normalise, parse_storage_options, set_default_storage_options, write_bytes
+from buffet.data.urls import exists, join, normalise, parse_storage_options, set_default_storage_options
 from buffet.kernels.bnmf import top_words, topic_mass
 from buffet.pipeline.engine.cluster import (CLUSTER_KINDS, DASHBOARD_ADDRESS, WORKER_KINDS, configured_scheduler,
                                             dask_client)
@@ -36,7 +36,7 @@ from buffet.pipeline.engine.lease import DEFAULT_LIFETIME, LIFETIME_VARIABLE, ch
 from buffet.pipeline.engine.messages import StopRequest, console, explain, logger
 from buffet.pipeline.engine.process_executor import ProcessEngine
 from buffet.pipeline.engine.runs import config_from, fit_run, resume_run, run_source
-from buffet.pipeline.engine.runstore import RunStore, encode_arrays
+from buffet.pipeline.engine.runstore import RunStore, write_arrays
 from buffet.pipeline.engine.settings import option_help
 from buffet.pipeline.registry import MODELS, models, run_experiment, spec_for
 from buffet.pipeline.reports.html import write_page
@@ -393,7 +393,7 @@ def cmd_evaluate(args: argparse.Namespace) -> None:
 def cmd_export(args: argparse.Namespace) -> None:
     arrays = export_run(RunStore(args.run), ProcessEngine())
     out = normalise(args.out)
-    write_bytes(out, encode_arrays(arrays))
+    write_arrays(out, arrays)
     print(f"wrote {out} ({', '.join(sorted(arrays))})")
 
 

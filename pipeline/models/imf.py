@@ -540,9 +540,9 @@ class IMFDriver(StatefulDriver):
         return True
 
     def _start_restart(self) -> bool:
-        """q(z) at K+ = base K+ + 1 from scratch: the binary sources of an ICA of the data (``kernels.imf.fastica`` on the
-        moments of the whitened rows, one reduction), with the
-        column posteriors of a fresh start (``start``); the alternation then runs as for any candidate. False
+        """q(z) at K+ = base K+ + 1 from scratch: the binary sources of an ICA of the data (``kernels.imf.fastica``
+        on the moments of the whitened rows, one reduction), with the column posteriors of a fresh start
+        (``start``); the alternation then runs as for any candidate. False
         (no restart) when the ICA does not converge: features used by half the rows are not skewed, and
         without a fixed point the unmixing would depend on rounding, so on the chunking."""
         engine, state = self.engine, self.state

@@ -270,11 +270,8 @@ class TopicDriver(StatefulDriver):
     def _svi_step(self, step: int) -> dict:
         """One SVI step; the next minibatch is read, and prepared (``TopicModel.prepare``), while this one is
         processed."""
-        if self._prefetched and self._prefetched[0] == step:
-            _, blocks, prepared = self._prefetched
-        else:
-            blocks = self._minibatch(step)
-            prepared = self.model.prepare(self.engine, self.state, blocks)
+        ahead = self._prefetched if self._prefetched and self._prefetched[0] == step else self._read_ahead(step)
+        _, blocks, prepared = ahead
         self._prefetched = self._read_ahead(step + 1) if step + 1 < self.total_steps() else None
         stats, rho = self.svi_update(blocks, step, self.corpus.n_train, prepared)
         record_key, stat_key = self.model.effort
