@@ -91,12 +91,14 @@ class LazyTopics:
 
     def view(self, words: np.ndarray | None, dtype=np.float64, threads: int = 1) -> TopicView:
         """What the local steps of documents using only ``words`` (every word with None) read (eq. 11.24)."""
-        return TopicView(exp_elog_beta(self.shapes(words), self.rate, dtype, threads), self.mean_sums())
+        return TopicView(exp_elog_beta(self.shapes(words), self.rate, dtype, threads, overwrite=True),
+                         self.mean_sums())
 
     def update(self, words: np.ndarray, S: np.ndarray, theta_sum: np.ndarray, hyper: Hyper,
                scale: float, rho: float) -> None:
         """The natural-gradient step (eqs. 11.33-11.34) from statistics ``S`` of ``words`` (the rows of every
-        other word are zero), in place: O(len(words) x K) unless P is rescaled."""
+        other word are zero), in place: O(len(words) x K) unless P is rescaled. ``S`` is used up (its memory
+        holds the new rows)."""
         self.prior = hyper.c0 / hyper.n_words
         P = self.P * (1.0 - rho)
         if P < RESCALE_BELOW:
@@ -104,11 +106,13 @@ class LazyTopics:
             self.fold()
             P = 1.0
         self.P = P
-        step = np.multiply(S, rho * scale / P)
-        if self.journal is not None:
-            self.journal.append((words, self.E[words]))
-        self.E[words] += step
+        step = np.multiply(S, rho * scale / P, out=S)  # the statistics are not read again: their memory serves
         self.column_sums += step.sum(axis=0)
+        rows = self.E[words]
+        if self.journal is not None:
+            self.journal.append((words, rows))
+        step += rows  # the same sum as rows + step, without a third array of the touched words' size
+        self.E[words] = step
         rate = np.multiply(self.rate, 1.0 - rho)
         rate += rho * (hyper.c0 + scale * theta_sum)
         self.rate = rate
