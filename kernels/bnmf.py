@@ -243,7 +243,9 @@ def word_topic_stats(indptr: np.ndarray, indices: np.ndarray, ratio: np.ndarray,
     """S_vk = sum_d X_dv p^(vd)_k with p^(vd)_k = exp_elog_beta_vk t_dk / normaliser (eq. 11.24, 11.25),
     from ``ratio`` = X_dv / normaliser per nonzero and the document weights ``t`` (D x K)."""
     R = sp.csr_matrix((ratio, indices, indptr), shape=(len(indptr) - 1, exp_elog_beta.shape[0]))
-    return exp_elog_beta * np.asarray(R.T @ t)
+    S = np.asarray(R.T @ t)
+    S *= exp_elog_beta  # in place: no second (words x K) array
+    return S
 
 
 def normalisers(indptr: np.ndarray, indices: np.ndarray, exp_elog_beta: np.ndarray, t: np.ndarray) -> np.ndarray:
