@@ -115,7 +115,7 @@ def run_buffet_cli(args) -> dict:
         after = resource.getrusage(resource.RUSAGE_CHILDREN)
         own = after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime
         checkpoint = RunStore(run).read_checkpoint()
-    trace, fitted = checkpoint.state["trace"], from_arrays(checkpoint.globals)
+        trace, fitted = checkpoint.state["trace"], from_arrays(checkpoint.globals)  # read while the run exists
     g, h = fitted["g"], fitted["h"]
     return {"seconds": measured["seconds"], "loop_seconds": trace[-1]["seconds"],
             "outside_loop_seconds": measured["seconds"] - trace[-1]["seconds"], "docs": trace[-1]["docs_seen"],

@@ -488,8 +488,10 @@ def topic_word(g: np.ndarray, h: np.ndarray) -> np.ndarray:
 
 
 def topic_mass(g: np.ndarray, h: np.ndarray) -> np.ndarray:
-    """sum_v E beta_vk per topic, the scale each topic carries."""
-    return (g / h).sum(axis=0)
+    """sum_v E beta_vk per topic, the scale each topic carries; ``h`` V x K or one row (K,). One topic at a time,
+    so that no V x K array is made besides g and h (``top_words``)."""
+    h = np.broadcast_to(h, g.shape)
+    return np.array([np.sum(g[:, k] / h[:, k]) for k in range(g.shape[1])])
 
 
 def top_words(g: np.ndarray, h: np.ndarray, vocab: list[str] | None, n: int = 10) -> list[list[str]]:

@@ -364,7 +364,8 @@ def _print_topics(run: RunStore) -> None:
     """The top words of the 20 heaviest topics of a topic model's run."""
     if run.model not in TOPIC_MODELS or not run.has_checkpoint():
         return
-    arrays = from_arrays(run.read_checkpoint().globals)  # not the driver: that would read the whole corpus
+    # not the driver: that would read the whole corpus; and of the globals, q(beta)'s shapes and rates only
+    arrays = from_arrays(run.read_checkpoint().globals, fields=("g", "h"))
     g, h = arrays["g"], arrays["h"]
     words = top_words(g, h, run_source(run).open().column_names())
     for k in np.argsort(-topic_mass(g, h))[:20]:

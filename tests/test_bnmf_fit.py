@@ -227,3 +227,35 @@ def test_an_svi_step_tried_again_from_its_recovery_values_ends_as_if_taken_once(
         np.testing.assert_array_equal(a[key], b[key])
     for key in ("E", "P", "column_sums"):
         np.testing.assert_array_equal(a["svi_shapes"][key], b["svi_shapes"][key])
+
+
+def test_a_checkpoint_of_q_beta_copies_no_v_by_k_array_and_an_estimator_keeps_its_own(tmp_path, corpus_store,
+                                                                                      model_corpus):
+    """``BNMFState.to_arrays`` hands a checkpoint the rates as a view of their one row and E itself, not V x K
+    copies; the globals file written from them holds what one written from copies holds, and an estimator's
+    fitted arrays are plain V x K arrays of its own (writable, not views of a driver's state)."""
+    import copy
+
+    from buffet.pipeline.engine import codec
+    from buffet.pipeline.engine.runstore import decode_arrays, write_arrays
+    from buffet.pipeline.reports.bnmf import make_driver
+
+    driver = make_driver(BNMFConfig(n_topics=4, batch_size=200, chunk_rows=100, eval_every=0, seed=1),
+                         source_of(corpus_store), ProcessEngine())
+    driver.start()
+    for step in range(2):
+        driver.step(step)
+    arrays = driver.global_arrays()
+    assert arrays["h"].strides[0] == 0 and arrays["h"].shape == arrays["g"].shape
+    assert np.shares_memory(arrays["svi_shapes"]["E"], driver.state.topics.E)
+    write_arrays(str(tmp_path / "views.npz"), codec.to_arrays(arrays))
+    write_arrays(str(tmp_path / "copies.npz"), codec.to_arrays(copy.deepcopy(arrays)))
+    views, copies = (decode_arrays(str(tmp_path / name), name) for name in ("views.npz", "copies.npz"))
+    assert views.keys() == copies.keys()
+    for key in views:
+        np.testing.assert_array_equal(views[key], copies[key])
+    fitted = BayesianNMF(n_topics=4, batch_size=500, eval_every=0, split=None, seed=1).fit(model_corpus.X)
+    for name in ("g_", "h_"):
+        value = getattr(fitted, name)
+        assert value.flags.writeable and value.flags.c_contiguous and value.shape == (model_corpus.X.shape[1], 4)
+    assert fitted.svi_shapes_["E"].flags.writeable

@@ -17,7 +17,8 @@ from buffet.pipeline.engine.dataset import source_of
 from buffet.pipeline.engine.executor_choice import engine_on
 from buffet.pipeline.engine.process_executor import ProcessEngine
 from buffet.pipeline.engine.runs import fit_run, resume_run
-from buffet.pipeline.engine.runstore import RunStore, decode_arrays, read_block_file, write_arrays, write_block_file
+from buffet.pipeline.engine.runstore import (FileArrays, RunStore, decode_arrays, read_block_file, write_arrays,
+                                             write_block_file)
 from buffet.pipeline.models.bnmf import BNMFConfig
 
 from helpers import assert_same, checkpoint
@@ -193,3 +194,18 @@ def test_arrays_written_straight_to_disk_have_the_record_of_their_bytes_and_are_
     with pytest.raises(OSError, match="No space"):
         write_arrays(str(tmp_path / "ckpt" / "other.npz"), {"E": arrays["E"], "bad": Unsaveable()})
     assert sorted(p.name for p in (tmp_path / "ckpt").iterdir()) == ["globals.npz"]
+
+
+def test_a_local_file_s_arrays_are_read_when_asked_for(tmp_path):
+    """``FileArrays`` lists a local .npz file's arrays and reads one when it is asked for, with the values
+    ``decode_arrays`` reads; a name it does not hold is a KeyError, a file that is not an .npz a StoreError."""
+    arrays = {"g": np.arange(6.0).reshape(2, 3), "E": np.eye(3)}
+    write_arrays(str(tmp_path / "globals.npz"), arrays)
+    lazy = FileArrays(str(tmp_path / "globals.npz"), "here")
+    assert sorted(lazy) == ["E", "g"] and len(lazy) == 2
+    np.testing.assert_array_equal(lazy["g"], arrays["g"])
+    with pytest.raises(KeyError):
+        lazy["h"]
+    (tmp_path / "bad.npz").write_bytes(b"not a zip file")
+    with pytest.raises(StoreError, match="not a readable .npz"):
+        FileArrays(str(tmp_path / "bad.npz"), "bad.npz")

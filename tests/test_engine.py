@@ -85,6 +85,23 @@ def test_codec_round_trips_block_values_and_refuses_classes_outside_buffet():
         codec.from_arrays(codec.to_arrays(Foreign(np.eye(2))))
 
 
+def test_codec_decodes_only_the_fields_asked_for_and_reads_no_other_array():
+    """``from_arrays(..., fields=...)`` of a flattened dict gives those entries and asks the arrays' mapping
+    for theirs only (a checkpoint read lazily then loads nothing else)."""
+    flat = codec.to_arrays({"g": np.arange(3.0), "h": np.ones(3), "lazy": {"E": np.eye(3)}, "n": 4})
+    asked = []
+
+    class Recording(dict):
+        def __getitem__(self, key):
+            asked.append(key)
+            return super().__getitem__(key)
+
+    back = codec.from_arrays(Recording(flat), fields=("g", "h"))
+    assert sorted(back) == ["g", "h"]
+    np.testing.assert_array_equal(back["g"], np.arange(3.0))
+    assert sorted(asked) == sorted([codec.STRUCTURE, "v.g", "v.h"])
+
+
 # ----- a toy model whose blocks keep state between steps -----
 
 def toy_local(state: np.ndarray, block: int, step: int, scale: float, die: str) -> tuple:

@@ -13,7 +13,7 @@ from __future__ import annotations
 import dataclasses
 import importlib
 import json
-from typing import Any
+from typing import Any, Mapping, Sequence
 
 import numpy as np
 
@@ -29,9 +29,13 @@ def to_arrays(value: Any) -> dict[str, np.ndarray]:
     return leaves
 
 
-def from_arrays(arrays: dict[str, np.ndarray]) -> Any:
-    """The value ``to_arrays`` flattened."""
-    return _decode(json.loads(str(arrays[STRUCTURE])), arrays)
+def from_arrays(arrays: Mapping[str, np.ndarray], fields: Sequence[str] | None = None) -> Any:
+    """The value ``to_arrays`` flattened; with ``fields``, of a flattened dict, only those entries (the arrays
+    of the others are not read)."""
+    structure = json.loads(str(arrays[STRUCTURE]))
+    if fields is not None:
+        structure = {"d": {name: structure["d"][name] for name in fields}}
+    return _decode(structure, arrays)
 
 
 def _encode(value: Any, path: str, leaves: dict[str, np.ndarray]) -> Any:
@@ -59,7 +63,7 @@ def _encode(value: Any, path: str, leaves: dict[str, np.ndarray]) -> Any:
     raise TypeError(f"cannot checkpoint a {type(value).__name__} at {path}")
 
 
-def _decode(node: dict, arrays: dict[str, np.ndarray]) -> Any:
+def _decode(node: dict, arrays: Mapping[str, np.ndarray]) -> Any:
     kind, payload = next(iter(node.items())) if len(node) == 1 else ("c", node["c"])
     if kind == "a":
         return arrays[payload]

@@ -29,7 +29,7 @@ import time
 import uuid
 import zlib
 from dataclasses import dataclass
-from typing import Any, Callable, Iterator
+from typing import Any, Callable, Iterator, Mapping
 
 import numpy as np
 
@@ -99,10 +99,11 @@ class FileRecord:
 
 @dataclass
 class Checkpoint:
-    """A checkpoint read back: its step, client-side arrays, state, per-block files and folder."""
+    """A checkpoint read back: its step, client-side arrays, state, per-block files and folder. A local run's
+    arrays are read from its files when asked for (``FileArrays``): ask while the run is there."""
 
     step: int
-    globals: dict[str, np.ndarray]
+    globals: Mapping[str, np.ndarray]
     state: dict
     blocks: dict[str, list[FileRecord]]
     url: str
@@ -138,6 +139,34 @@ def decode_arrays(data: bytes | str, where: str) -> dict[str, np.ndarray]:
             return {k: npz[k] for k in npz.files}
     except (OSError, ValueError, EOFError, zlib.error) as exc:
         raise StoreError(f"{where}: not a readable .npz file ({exc})") from None
+
+
+class FileArrays(Mapping[str, np.ndarray]):
+    """The arrays of a local ``.npz`` file, each read from the file when it is asked for: a reader that needs
+    some of them (the top words need q(beta)'s shapes and rates, not the rest of a checkpoint's globals) does
+    not hold the others. Unreadable content is a ``StoreError`` naming ``where``."""
+
+    def __init__(self, path: str, where: str):
+        self.path, self.where = path, where
+        self._files = self._read(lambda npz: list(npz.files))
+
+    def _read(self, take: Callable[[Any], Any]) -> Any:
+        try:
+            with np.load(self.path, allow_pickle=False) as npz:
+                return take(npz)
+        except (OSError, ValueError, EOFError, zlib.error) as exc:
+            raise StoreError(f"{self.where}: not a readable .npz file ({exc})") from None
+
+    def __getitem__(self, key: str) -> np.ndarray:
+        if key not in self._files:
+            raise KeyError(key)
+        return self._read(lambda npz: npz[key])
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._files)
+
+    def __len__(self) -> int:
+        return len(self._files)
 
 
 def write_block_file(url: str, arrays: dict[str, np.ndarray],
@@ -420,10 +449,10 @@ class RunStore:
             raise Unreadable(f"{key}: {problem}")
         return data
 
-    def _verified_arrays(self, record: FileRecord, where: str) -> dict[str, np.ndarray]:
+    def _verified_arrays(self, record: FileRecord, where: str) -> Mapping[str, np.ndarray]:
         """The arrays of the globals file ``record`` names, checked against it first (``Unreadable`` if not
-        as recorded). On local disk the check reads the file in pieces and the arrays are loaded from it, so
-        no copy of the file is held in memory beside them (``write_arrays``)."""
+        as recorded). On local disk the check reads the file in pieces and each array is read from it when
+        asked for (``FileArrays``), so no copy of the file, nor an array no one asks for, is held in memory."""
         if is_url(record.path):
             return decode_arrays(self._verified_bytes(record, "globals.npz"), where)
         try:
@@ -432,7 +461,7 @@ class RunStore:
             raise Unreadable("globals.npz is missing") from None
         if problem:
             raise Unreadable(f"globals.npz: {problem}")
-        return decode_arrays(record.path, where)
+        return FileArrays(record.path, where)
 
     def _manifest(self, url: str) -> tuple[int, dict[str, FileRecord], dict[str, list[str]]]:
         """Step, file records and block lists of the manifest of the checkpoint folder ``url``."""

@@ -13,6 +13,7 @@ the path ``fit`` takes for each minibatch.
 
 from __future__ import annotations
 
+import copy
 from typing import Any, ClassVar
 
 import numpy as np
@@ -79,7 +80,7 @@ class _TopicModel(Estimator):
     def _keep(self, driver: TopicDriver) -> None:
         """The driver's globals as fitted attributes (``g_``, ``h_``, ...) and what follows from them."""
         for name, value in driver.global_arrays().items():
-            setattr(self, f"{name}_", value)
+            setattr(self, f"{name}_", _own_copy(value))
         self.components_ = topic_word(self.g_, self.h_)
 
     def _counts(self, X) -> sp.csr_matrix:
@@ -91,6 +92,16 @@ class _TopicModel(Estimator):
         """The ``n`` most probable words of every topic (``w<id>`` without a vocabulary)."""
         self._check_fitted()
         return top_words(self.g_, self.h_, self.vocab_, n)
+
+
+def _own_copy(value: Any) -> Any:
+    """``value`` with every array in it copied in C order: a driver's globals may be views of its state
+    (``DriverState.to_arrays``), such as Bayesian NMF's rates, one row seen as V x K."""
+    if isinstance(value, np.ndarray):
+        return np.array(value, order="C")
+    if isinstance(value, dict):
+        return {key: _own_copy(item) for key, item in value.items()}
+    return copy.deepcopy(value)
 
 
 class BayesianNMF(_TopicModel):

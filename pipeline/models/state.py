@@ -21,7 +21,8 @@ class DriverState:
     """The base of a driver's state: its checkpoint values are its fields, by name."""
 
     def to_arrays(self) -> dict[str, Any]:
-        """The values a checkpoint holds, by name."""
+        """The values a checkpoint holds, by name. They may share memory with the state (a checkpoint writes
+        them at once): a caller that keeps them past the next step keeps a copy."""
         return {field.name: getattr(self, field.name) for field in fields(self)}
 
     @classmethod
