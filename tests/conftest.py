@@ -73,10 +73,12 @@ def data(tmp_path_factory):
 def _client(workers, kind="processes"):
     from distributed import Client
 
-    from buffet.pipeline.engine.cluster import local_cluster
+    from buffet.pipeline.engine.cluster import local_cluster, prompt_messages
 
     cluster = local_cluster(workers, kind, dashboard=True)
-    return cluster, Client(cluster)
+    client = Client(cluster)
+    prompt_messages(client)  # as the commands' clusters
+    return cluster, client
 
 
 @pytest.fixture(scope="session")

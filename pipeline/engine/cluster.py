@@ -81,6 +81,7 @@ def dask_client(workers: int | None = None, scheduler: str | None = None, dashbo
             client = Client(stack.enter_context(
                 local_cluster(workers, worker_kind, dashboard, dashboard_address)))
         stack.callback(client.close)
+        prompt_messages(client)
         if storage_options():
             from buffet.pipeline.engine.worker_setup import StorageOptions
 
@@ -89,6 +90,23 @@ def dask_client(workers: int | None = None, scheduler: str | None = None, dashbo
             logger("cluster").info("Dask dashboard: %s",
                                    dashboard_link(client, None if scheduler or cluster == "kube" else dashboard_address))
         yield client
+
+
+def prompt_messages(client: "distributed.Client") -> None:
+    """Shorten the waits of the message streams from ``client`` and from its scheduler to the workers (the
+    ``worker_setup`` module docstring): this client's always, the scheduler's when it runs in this process (a
+    LocalCluster), for its present workers and, by a plugin, for those that join later. A remote scheduler
+    is left as it is: it may not have buffet to run the plugin."""
+    from distributed import LocalCluster
+
+    from buffet.pipeline.engine.worker_setup import PromptScheduler, prompt
+
+    prompt(client.scheduler_comm)
+    if isinstance(client.cluster, LocalCluster):
+        scheduler = client.cluster.scheduler
+        scheduler.add_plugin(PromptScheduler())
+        for stream in list(getattr(scheduler, "stream_comms", {}).values()):
+            prompt(stream)
 
 
 def dashboard_link(client: "distributed.Client", bound: str | None) -> str:
