@@ -38,6 +38,7 @@ from buffet.pipeline.models.state import DriverState, StatefulDriver
 
 EVAL_BLOCK_ROWS = 500  # held-out documents per scoring block
 CLIENT_THREADS = min(os.cpu_count() or 1, 4)  # threads for the client's topic view, while the workers wait
+NOT_PREPARED = object()  # ``TopicDriver.svi_update``'s default: the model has not prepared the blocks yet
 
 
 @dataclass
@@ -283,13 +284,14 @@ class TopicDriver(StatefulDriver):
         blocks = self.engine.read_ahead(self._minibatch(step))
         return step, blocks, self.model.prepare(self.engine, self.state, blocks)
 
-    def svi_update(self, blocks: BlockSet, step: int, n_docs: float, prepared: Any = None) -> tuple[dict, float]:
+    def svi_update(self, blocks: BlockSet, step: int, n_docs: float,
+                   prepared: Any = NOT_PREPARED) -> tuple[dict, float]:
         """SVI step ``step`` on the minibatch ``blocks`` of a corpus of ``n_docs`` documents: local steps
         on the workers, then the natural-gradient update of the globals with the minibatch sums scaled
         by n_docs / |batch| (eqs. 11.33-11.35). The one update path of ``fit`` and of the estimators'
-        ``partial_fit``; ``prepared`` is the model's ``prepare`` of ``blocks`` if it was started ahead. Returns
-        the reduced statistics and the step size."""
-        if prepared is None:
+        ``partial_fit``; ``prepared`` is the model's ``prepare`` of ``blocks`` if it was started ahead (None is
+        a model's answer too). Returns the reduced statistics and the step size."""
+        if prepared is NOT_PREPARED:
             prepared = self.model.prepare(self.engine, self.state, blocks)
         stats = self.model.svi_statistics(self.engine, self.state, blocks, prepared)
         rho = bnmf.step_size(step, self.config.t0, self.config.kappa)
