@@ -237,7 +237,7 @@ def test_a_checkpoint_of_q_beta_copies_no_v_by_k_array_and_an_estimator_keeps_it
     import copy
 
     from buffet.pipeline.engine import codec
-    from buffet.pipeline.engine.runstore import decode_arrays, write_arrays
+    from buffet.pipeline.engine.runstore import FileArrays, write_arrays
     from buffet.pipeline.reports.bnmf import make_driver
 
     driver = make_driver(BNMFConfig(n_topics=4, batch_size=200, chunk_rows=100, eval_every=0, seed=1),
@@ -250,7 +250,7 @@ def test_a_checkpoint_of_q_beta_copies_no_v_by_k_array_and_an_estimator_keeps_it
     assert np.shares_memory(arrays["svi_shapes"]["E"], driver.state.topics.E)
     write_arrays(str(tmp_path / "views.npz"), codec.to_arrays(arrays))
     write_arrays(str(tmp_path / "copies.npz"), codec.to_arrays(copy.deepcopy(arrays)))
-    views, copies = (decode_arrays(str(tmp_path / name), name) for name in ("views.npz", "copies.npz"))
+    views, copies = (dict(FileArrays(str(tmp_path / name), name)) for name in ("views.npz", "copies.npz"))
     assert views.keys() == copies.keys()
     for key in views:
         np.testing.assert_array_equal(views[key], copies[key])

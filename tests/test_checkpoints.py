@@ -17,8 +17,7 @@ from buffet.pipeline.engine.dataset import source_of
 from buffet.pipeline.engine.executor_choice import engine_on
 from buffet.pipeline.engine.process_executor import ProcessEngine
 from buffet.pipeline.engine.runs import fit_run, resume_run
-from buffet.pipeline.engine.runstore import (FileArrays, RunStore, decode_arrays, read_block_file, write_arrays,
-                                             write_block_file)
+from buffet.pipeline.engine.runstore import FileArrays, RunStore, read_block_file, write_arrays, write_block_file
 from buffet.pipeline.models.bnmf import BNMFConfig
 
 from helpers import assert_same, checkpoint
@@ -184,7 +183,7 @@ def test_arrays_written_straight_to_disk_have_the_record_of_their_bytes_and_are_
     data = target.read_bytes()
     assert (record.size, record.crc32) == (len(data), zlib.crc32(data))
     assert record.mismatch(data) is None and record.mismatch(data[:-1]) is not None
-    read = decode_arrays(str(target), "here")
+    read = dict(FileArrays(str(target), "here"))
     assert read.keys() == arrays.keys() and all(np.array_equal(read[k], arrays[k]) for k in arrays)
 
     class Unsaveable:
@@ -198,7 +197,7 @@ def test_arrays_written_straight_to_disk_have_the_record_of_their_bytes_and_are_
 
 def test_a_local_file_s_arrays_are_read_when_asked_for(tmp_path):
     """``FileArrays`` lists a local .npz file's arrays and reads one when it is asked for, with the values
-    ``decode_arrays`` reads; a name it does not hold is a KeyError, a file that is not an .npz a StoreError."""
+    were written; a name it does not hold is a KeyError, a file that is not an .npz a StoreError."""
     arrays = {"g": np.arange(6.0).reshape(2, 3), "E": np.eye(3)}
     write_arrays(str(tmp_path / "globals.npz"), arrays)
     lazy = FileArrays(str(tmp_path / "globals.npz"), "here")

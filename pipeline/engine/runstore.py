@@ -131,14 +131,19 @@ def write_arrays(location: str, arrays: dict[str, np.ndarray],
     return FileRecord.of_local_file(location)
 
 
-def decode_arrays(data: bytes | str, where: str) -> dict[str, np.ndarray]:
-    """The arrays of ``.npz`` bytes, or of the local ``.npz`` file at the path ``data``; unreadable content is
-    a ``StoreError`` naming ``where``."""
+def _from_npz(source: Any, where: str, take: Callable[[Any], Any]) -> Any:
+    """``take`` of the ``.npz`` content ``source`` (a path or a file object) opened with NumPy (no pickled
+    objects); unreadable content is a ``StoreError`` naming ``where``."""
     try:
-        with np.load(io.BytesIO(data) if isinstance(data, bytes) else data, allow_pickle=False) as npz:
-            return {k: npz[k] for k in npz.files}
+        with np.load(source, allow_pickle=False) as npz:
+            return take(npz)
     except (OSError, ValueError, EOFError, zlib.error) as exc:
         raise StoreError(f"{where}: not a readable .npz file ({exc})") from None
+
+
+def decode_arrays(data: bytes, where: str) -> dict[str, np.ndarray]:
+    """The arrays of ``.npz`` bytes; unreadable bytes are a ``StoreError`` naming ``where``."""
+    return _from_npz(io.BytesIO(data), where, lambda npz: {k: npz[k] for k in npz.files})
 
 
 class FileArrays(Mapping[str, np.ndarray]):
@@ -148,19 +153,12 @@ class FileArrays(Mapping[str, np.ndarray]):
 
     def __init__(self, path: str, where: str):
         self.path, self.where = path, where
-        self._files = self._read(lambda npz: list(npz.files))
-
-    def _read(self, take: Callable[[Any], Any]) -> Any:
-        try:
-            with np.load(self.path, allow_pickle=False) as npz:
-                return take(npz)
-        except (OSError, ValueError, EOFError, zlib.error) as exc:
-            raise StoreError(f"{self.where}: not a readable .npz file ({exc})") from None
+        self._files = _from_npz(path, where, lambda npz: list(npz.files))
 
     def __getitem__(self, key: str) -> np.ndarray:
         if key not in self._files:
             raise KeyError(key)
-        return self._read(lambda npz: npz[key])
+        return _from_npz(self.path, self.where, lambda npz: npz[key])
 
     def __iter__(self) -> Iterator[str]:
         return iter(self._files)
