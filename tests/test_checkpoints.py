@@ -197,7 +197,7 @@ def test_arrays_written_straight_to_disk_have_the_record_of_their_bytes_and_are_
 
 def test_a_local_file_s_arrays_are_read_when_asked_for(tmp_path):
     """``FileArrays`` lists a local .npz file's arrays and reads one when it is asked for, with the values
-    were written; a name it does not hold is a KeyError, a file that is not an .npz a StoreError."""
+    that were written; a name it does not hold is a KeyError, a file that is not an .npz a StoreError."""
     arrays = {"g": np.arange(6.0).reshape(2, 3), "E": np.eye(3)}
     write_arrays(str(tmp_path / "globals.npz"), arrays)
     lazy = FileArrays(str(tmp_path / "globals.npz"), "here")
