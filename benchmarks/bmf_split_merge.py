@@ -8,7 +8,11 @@ The retained sweeps' K+ and L+ give a 90% posterior interval (5th and 95th perce
 says whether the truth (K of the generating U, L = 16) lies inside, and counts the seeds where it
 does. Same seed, same numbers: the chains are deterministic.
 
-    python benchmarks/bmf_split_merge.py --seeds 10 --sweeps 300 --moves 10
+``--start truth`` is the oracle: every chain starts at the generating U, V, W and the true precisions
+(theta = phi = 0.5) instead of a draw from the priors, so the intervals show what a sampler of this
+posterior gives once it is in the right region, apart from how hard that region is to find.
+
+    python benchmarks/bmf_split_merge.py --seeds 10 --sweeps 300 --moves 10 [--start truth]
 """
 
 from __future__ import annotations
@@ -17,16 +21,21 @@ import argparse
 
 import numpy as np
 
-from buffet.data.bmf_data import bars_data
+from buffet.data.bmf_data import BarsData, bars_data
 from buffet.pipeline.engine.dataset import ArrayRows, source_of
 from buffet.pipeline.engine.process_executor import ProcessEngine
 from buffet.pipeline.models.bmf import BMFConfig, BMFDriver
 
 
-def feature_trace(X: np.ndarray, mask: np.ndarray, config: BMFConfig) -> tuple[np.ndarray, np.ndarray, float]:
-    """K+ and L+ of every retained sweep of one chain, and the split-merge moves accepted per sweep."""
-    driver = BMFDriver(config, source_of(ArrayRows(X, mask)), ProcessEngine())
+def feature_trace(data: BarsData, config: BMFConfig, at_truth: bool) -> tuple[np.ndarray, np.ndarray, float]:
+    """K+ and L+ of every retained sweep of one chain, and the split-merge moves accepted per sweep; the
+    chain starts from the priors, or with ``at_truth`` at the generating state."""
+    driver = BMFDriver(config, source_of(ArrayRows(data.X, ~data.missing)), ProcessEngine())
     driver.start()
+    if at_truth:
+        state = driver.state
+        state.U, state.V, state.W = data.U.astype(state.U.dtype), data.V.astype(state.V.dtype), data.W.copy()
+        state.theta, state.phi = TRUE_THETA, TRUE_PHI
     k, l, accepted = [], [], 0.0
     for step in range(config.sweeps):
         record = driver.step(step)
@@ -35,6 +44,9 @@ def feature_trace(X: np.ndarray, mask: np.ndarray, config: BMFConfig) -> tuple[n
             k.append(record["k_plus"])
             l.append(record["l_plus"])
     return np.array(k), np.array(l), accepted / config.sweeps
+
+
+TRUE_THETA = TRUE_PHI = 0.5  # the noise and weight precisions bars_data draws with (its defaults)
 
 
 def interval(values: np.ndarray) -> tuple[float, float]:
@@ -52,6 +64,8 @@ def main() -> None:
     p.add_argument("--burn-in", type=int, default=None, help="default: half the sweeps")
     p.add_argument("--moves", type=int, default=10, help="split-merge moves per sweep and side when on")
     p.add_argument("--scans", type=int, default=2, help="intermediate restricted scans of a move")
+    p.add_argument("--start", choices=("prior", "truth"), default="prior",
+                   help="where the chains start: a draw from the priors, or the generating state (the oracle)")
     args = p.parse_args()
     burn = args.sweeps // 2 if args.burn_in is None else args.burn_in
     print("| seed | true K | K+ 90% without | K+ 90% with | true L | L+ 90% without | L+ 90% with | "
@@ -65,7 +79,7 @@ def main() -> None:
         for label, moves in (("without", 0), ("with", args.moves)):
             config = BMFConfig(sweeps=args.sweeps, burn_in=burn, alpha=2.0, lam=4.0, panel_rows=50, seed=seed,
                                split_merge=moves, split_merge_scans=args.scans, select="none")
-            k, l, accepted = feature_trace(data.X, ~data.missing, config)
+            k, l, accepted = feature_trace(data, config, args.start == "truth")
             rate = accepted if moves else rate
             for side, (trace, true) in enumerate(((k, truth[0]), (l, truth[1]))):
                 low, high = interval(trace)
