@@ -1,12 +1,14 @@
-"""Bayesian NMF's local-step stopping rule and SVI schedule on a panel of generated corpora, judged by the worst case.
+"""Bayesian NMF's local-step stopping rule and SVI step sizes on a panel of generated corpora, judged by the worst case.
 
 The panel: generated corpora of different shapes (document length, vocabulary V, true topics and fitted K,
 sparsity of the true topics, documents per minibatch and so steps per pass). ``PANEL`` lists every member's
-shape, size and seed; its ``half`` says whether a member tunes the rule ("tuning") or only checks it
-("held-back"). LDA members draw topics from a symmetric Dirichlet(eta) over V words (smaller eta: sparser
-topics) and documents from Dirichlet(alpha) topic weights with Poisson(length) tokens
-(``data.synthetic.lda_documents``); BNMF members are drawn from Bayesian NMF itself with Gamma(eta) topic
-weights per word (``data.synthetic.bnmf_corpus``). Each member holds out ``HELD_OUT`` documents.
+shape, size and seed; its ``half`` says when it was first looked at (``HALVES``): the "tuning" half chose the
+defaults of 2026-11-26 and "held-back" checked them; the adaptive step size was then chosen on those two and
+checked on "held-back-2", whose members were added unseen; the sweep cap was chosen on the three and checked
+on "held-back-3", added unseen after that. LDA members draw topics from a symmetric Dirichlet(eta) over V
+words (smaller eta: sparser topics) and documents from Dirichlet(alpha) topic weights with Poisson(length)
+tokens (``data.synthetic.lda_documents``); BNMF members are drawn from Bayesian NMF itself with Gamma(eta)
+topic weights per word (``data.synthetic.bnmf_corpus``). Each member holds out ``HELD_OUT`` documents.
 
 ``scores`` fits every rule of ``RULES`` once per member and seed (the seed of the fit: initial topics and
 minibatch order; the corpus is the member's), one SVI pass in this process, and records the held-out
@@ -15,9 +17,10 @@ the topics fixed by ``BNMFConfig.inference_settings``, which no rule changes), t
 document over the pass, and the pass's wall seconds. The rules of one seed run one after another, so
 their wall times are measured alternately under the same load. ``table`` prints, per half, every member's
 mean over seeds under every rule, each rule's shortfall against the member's best old setting (per cent
-of that member's held-out LL), and the worst case per rule, then the rule with the smallest worst case on
-the tuning half (``choice``). To add a member, append it to ``PANEL`` and run ``scores --members`` it: its
-records join the others' and ``table`` reads them all.
+of that member's held-out LL), and the worst case per rule, then ``choice``: among the rules within
+``TARGET`` of every member of the ``CHOOSING`` halves, the one with the fewest sweeps. To add a member,
+append it to ``PANEL`` and run ``scores --members`` it: its records join the others' and ``table`` reads
+them all.
 
     OPENBLAS_NUM_THREADS=1 python benchmarks/bnmf_sweep_panel.py scores --out sweeps.jsonl [--members T1] [--seeds 0 1]
     python benchmarks/bnmf_sweep_panel.py table sweeps.jsonl
@@ -46,6 +49,9 @@ from buffet.pipeline.models.bnmf import BNMFConfig
 from buffet.pipeline.reports.bnmf import make_driver
 
 HELD_OUT = 2000  # documents held out per member
+HALVES = ("tuning", "held-back", "held-back-2", "held-back-3")  # in the order they were first looked at
+CHOOSING = HALVES[:3]  # what ``choice`` reads; the last half checks it
+TARGET = 0.3  # per cent: the largest shortfall a chosen rule may have on any member
 THIRDS_SEED = 7  # the token split of the held-out documents, the same for every rule
 
 
@@ -93,25 +99,44 @@ PANEL = [
     Member("H3", "held-back", "lda", 15000, 10000, 50, 500, 0.05, 0.05, 50, 500, 203),
     Member("H4", "held-back", "lda", 20000, 15000, 50, 150, 0.2, 0.02, 100, 1000, 204),
     Member("H5", "held-back", "bnmf", 20000, 5000, 50, 200, 0.3, 0.5, 50, 1000, 205),
+    Member("F1", "held-back-2", "lda", 20000, 6000, 40, 100, 0.1, 0.1, 80, 500, 301),
+    Member("F2", "held-back-2", "bnmf", 15000, 4000, 20, 120, 0.2, 0.3, 40, 500, 302),
+    Member("F3", "held-back-2", "lda", 30000, 12000, 80, 250, 0.03, 0.05, 60, 1000, 303),
+    Member("F4", "held-back-2", "lda", 10000, 3000, 10, 60, 0.05, 0.5, 20, 250, 304),
+    Member("F5", "held-back-2", "bnmf", 25000, 8000, 60, 300, 0.1, 0.5, 60, 1000, 305),
+    Member("G1", "held-back-3", "lda", 25000, 10000, 30, 200, 0.05, 0.2, 60, 1000, 401),
+    Member("G2", "held-back-3", "bnmf", 10000, 2000, 15, 50, 0.1, 0.3, 30, 250, 402),
+    Member("G3", "held-back-3", "lda", 40000, 5000, 120, 150, 0.02, 0.03, 100, 2000, 403),
+    Member("G4", "held-back-3", "lda", 15000, 20000, 40, 400, 0.1, 0.1, 40, 500, 404),
+    Member("G5", "held-back-3", "bnmf", 20000, 6000, 40, 100, 0.05, 0.2, 80, 1000, 405),
 ]
 
-# rule name -> BNMFConfig settings (each names all four, so a change of defaults leaves the rules as they
-# were); the first three are the old settings a rule is judged against
+def rule_settings(kappa: float, t0: float, max_sweeps: int, share_tol: float = 0.0, step_size: str = "schedule") -> dict:
+    """A rule's ``BNMFConfig`` settings, every one named, so that a change of defaults leaves the rule as it was."""
+    return {"kappa": kappa, "t0": t0, "max_sweeps": max_sweeps, "share_tol": share_tol, "step_size": step_size}
+
+
+# rule name -> settings; the first three are the old settings a rule is judged against
 OLD = {
-    "kappa .6, t0 10, 10 sweeps": {"kappa": 0.6, "t0": 10.0, "max_sweeps": 10, "share_tol": 0.0},
-    "kappa .6, t0 10, 20 sweeps": {"kappa": 0.6, "t0": 10.0, "max_sweeps": 20, "share_tol": 0.0},
-    "kappa .51, t0 1, 20 sweeps": {"kappa": 0.51, "t0": 1.0, "max_sweeps": 20, "share_tol": 0.0},
+    "kappa .6, t0 10, 10 sweeps": rule_settings(0.6, 10.0, 10),
+    "kappa .6, t0 10, 20 sweeps": rule_settings(0.6, 10.0, 20),
+    "kappa .51, t0 1, 20 sweeps": rule_settings(0.51, 1.0, 20),
 }
 RULES = {
     **OLD,
-    "kappa .6, t0 10, share .01, 30 sweeps": {"kappa": 0.6, "t0": 10.0, "max_sweeps": 30, "share_tol": 0.01},
-    "kappa .51, t0 1, 10 sweeps": {"kappa": 0.51, "t0": 1.0, "max_sweeps": 10, "share_tol": 0.0},
-    "kappa .51, t0 1, share .01, 30 sweeps": {"kappa": 0.51, "t0": 1.0, "max_sweeps": 30, "share_tol": 0.01},
-    "kappa .51, t0 1, share .02, 30 sweeps": {"kappa": 0.51, "t0": 1.0, "max_sweeps": 30, "share_tol": 0.02},
-    "kappa .6, t0 1, 10 sweeps": {"kappa": 0.6, "t0": 1.0, "max_sweeps": 10, "share_tol": 0.0},
-    "kappa .6, t0 1, share .01, 30 sweeps": {"kappa": 0.6, "t0": 1.0, "max_sweeps": 30, "share_tol": 0.01},
-    "kappa .6, t0 3, share .01, 30 sweeps": {"kappa": 0.6, "t0": 3.0, "max_sweeps": 30, "share_tol": 0.01},
-    "kappa .6, t0 3, 10 sweeps": {"kappa": 0.6, "t0": 3.0, "max_sweeps": 10, "share_tol": 0.0},
+    "kappa .6, t0 10, share .01, 30 sweeps": rule_settings(0.6, 10.0, 30, 0.01),
+    "kappa .51, t0 1, 10 sweeps": rule_settings(0.51, 1.0, 10),
+    "kappa .51, t0 1, share .01, 30 sweeps": rule_settings(0.51, 1.0, 30, 0.01),
+    "kappa .51, t0 1, share .02, 30 sweeps": rule_settings(0.51, 1.0, 30, 0.02),
+    "kappa .6, t0 1, 10 sweeps": rule_settings(0.6, 1.0, 10),
+    "kappa .6, t0 1, share .01, 30 sweeps": rule_settings(0.6, 1.0, 30, 0.01),
+    "kappa .6, t0 3, share .01, 30 sweeps": rule_settings(0.6, 3.0, 30, 0.01),
+    "kappa .6, t0 3, 10 sweeps": rule_settings(0.6, 3.0, 10),
+    "kappa .6, t0 5, share .01, 30 sweeps": rule_settings(0.6, 5.0, 30, 0.01),
+    "adaptive, t0 5, share .01, 30 sweeps": rule_settings(0.6, 5.0, 30, 0.01, "adaptive"),
+    "adaptive, t0 5, 10 sweeps": rule_settings(0.6, 5.0, 10, 0.0, "adaptive"),
+    "adaptive, t0 5, share .01, 15 sweeps": rule_settings(0.6, 5.0, 15, 0.01, "adaptive"),
+    "adaptive, t0 5, share .01, 20 sweeps": rule_settings(0.6, 5.0, 20, 0.01, "adaptive"),
 }
 
 
@@ -214,15 +239,24 @@ def table(rows: list[dict], half: str) -> str:
 
 
 def choice(rows: list[dict]) -> str:
-    """The rule with the smallest worst shortfall on the tuning half, among the rules fitted on all its members."""
-    members = [m.name for m in PANEL if m.half == "tuning" and common_seeds(rows, m.name)]
+    """Among the rules fitted on every member of the ``CHOOSING`` halves and within ``TARGET`` per cent of each
+    member's best old setting, the one with the fewest sweeps per document (mean over the members of its ratio
+    to today's); if none is within the target, the one with the smallest worst shortfall."""
+    members = [m.name for m in PANEL if m.half in CHOOSING and common_seeds(rows, m.name)]
     worst: dict[str, float] = {}
+    sweeps: dict[str, list[float]] = {}
+    today = next(iter(OLD))
     for name in members:
-        short = shortfalls(means(rows, name))
+        mem = means(rows, name)
+        short = shortfalls(mem)
         for rule in RULES:
             worst[rule] = max(worst.get(rule, -np.inf), short.get(rule, np.inf))
-    rule = min(worst, key=worst.get)
-    return f"Chosen on the tuning half ({len(members)} members): {rule} (worst shortfall {worst[rule]:+.2f}%)"
+            if rule in mem:
+                sweeps.setdefault(rule, []).append(mem[rule]["mean_sweeps"] / mem[today]["mean_sweeps"])
+    within = [rule for rule in worst if worst[rule] <= TARGET]
+    rule = min(within, key=lambda r: np.mean(sweeps[r])) if within else min(worst, key=worst.get)
+    return (f"Chosen on {', '.join(CHOOSING)} ({len(members)} members): {rule} (worst shortfall "
+            f"{worst[rule]:+.2f}%, {np.mean(sweeps[rule]):.2f}x today's sweeps)")
 
 
 def main() -> None:
@@ -231,7 +265,7 @@ def main() -> None:
     args = parser.parse_args()
     if args.command == "table":
         rows = [json.loads(line) for line in args.results.read_text().splitlines()]
-        print("\n\n".join(table(rows, h) for h in ("tuning", "held-back") if any(
+        print("\n\n".join(table(rows, h) for h in HALVES if any(
             r["member"] in {m.name for m in PANEL if m.half == h} for r in rows)))
         print("\n" + choice(rows))
         return

@@ -89,6 +89,7 @@ class LocalResult:
     S: np.ndarray         # (V, K) sum_d X_dv p_k^(vd), V the words of the view
     theta_sum: np.ndarray  # (K,) sum_d E theta_kd
     sweeps: np.ndarray    # (n_docs,) sweeps each document used
+    square_sum: float = 0.0  # sum_d |S^(d)|^2 (``document_square_sum``), with ``with_spread`` only
 
 
 def theta_rate(view: TopicView, hyper: Hyper) -> np.ndarray:
@@ -211,12 +212,14 @@ class LocalSettings:
 
 def local_step(indptr: np.ndarray, indices: np.ndarray, counts: np.ndarray, view: TopicView,
                hyper: Hyper, settings: LocalSettings = LocalSettings(),
-               a_start: np.ndarray | None = None, with_stats: bool = True) -> LocalResult:
+               a_start: np.ndarray | None = None, with_stats: bool = True,
+               with_spread: bool = False) -> LocalResult:
     """Fit q(theta_d) for every document of a CSR chunk with the topics fixed (paper 002,
     eqs. 11.24, 11.28), each document iterated as ``settings`` says.
 
     Statistics use the p of each document's last sweep, so a_d = a0 + sum_v X_dv p^(vd)
-    holds exactly for the returned shapes.
+    holds exactly for the returned shapes. ``with_spread`` also sums the documents' own statistics'
+    squared norms (``document_square_sum``), which the adaptive step size reads.
     """
     n_docs, n_topics = len(indptr) - 1, view.exp_elog_beta.shape[1]
     rate = theta_rate(view, hyper)
@@ -233,9 +236,12 @@ def local_step(indptr: np.ndarray, indices: np.ndarray, counts: np.ndarray, view
         _fit_group(indptr, indices, counts, view, hyper, settings, docs, a, rate,
                    t_final, ratio_final, sweeps, ws)
     S = np.zeros(view.exp_elog_beta.shape)
+    square_sum = 0.0
     if with_stats and len(indices):
         S = word_topic_stats(indptr, indices, ratio_final, t_final, view.exp_elog_beta)
-    return LocalResult(a=a, S=S, theta_sum=(a / rate).sum(axis=0), sweeps=sweeps)
+        if with_spread:
+            square_sum = document_square_sum(indptr, indices, ratio_final, t_final, view.exp_elog_beta)
+    return LocalResult(a=a, S=S, theta_sum=(a / rate).sum(axis=0), sweeps=sweeps, square_sum=square_sum)
 
 
 def word_topic_stats(indptr: np.ndarray, indices: np.ndarray, ratio: np.ndarray, t: np.ndarray,
@@ -246,6 +252,17 @@ def word_topic_stats(indptr: np.ndarray, indices: np.ndarray, ratio: np.ndarray,
     S = np.asarray(R.T @ t)
     S *= exp_elog_beta  # in place: no second (words x K) array
     return S
+
+
+def document_square_sum(indptr: np.ndarray, indices: np.ndarray, ratio: np.ndarray, t: np.ndarray,
+                        exp_elog_beta: np.ndarray) -> float:
+    """sum_d |S^(d)|^2 over a chunk's documents, S^(d)_vk = X_dv p^(vd)_k the statistics of document d alone
+    (``word_topic_stats`` of one row): sum_d sum_k t_dk^2 sum_v (X_dv / normaliser)^2 exp_elog_beta_vk^2. With
+    the minibatch's sum of the S^(d) it gives the spread of the documents' statistics (``minibatch_noise``)."""
+    R = sp.csr_matrix((np.square(ratio), indices, indptr), shape=(len(indptr) - 1, exp_elog_beta.shape[0]))
+    per_doc = np.asarray(R @ np.square(exp_elog_beta, dtype=np.float64))
+    per_doc *= np.square(t)
+    return float(per_doc.sum())
 
 
 def normalisers(indptr: np.ndarray, indices: np.ndarray, exp_elog_beta: np.ndarray, t: np.ndarray) -> np.ndarray:
@@ -410,6 +427,27 @@ def stochastic_update(g: np.ndarray, h: np.ndarray, S: np.ndarray, theta_sum: np
 def step_size(t: int, t0: float, kappa: float) -> float:
     """rho_t = (t0 + t)^(-kappa), kappa in (0.5, 1] (paper 002, Sec. 11.5.2)."""
     return float((t0 + t) ** (-kappa))
+
+
+def minibatch_noise(S: np.ndarray, square_sum: float, docs: float, scale: float) -> float:
+    """tr Var of the minibatch's estimate c0/V + scale S of q(beta)'s shapes (eq. 11.33), from its ``docs``
+    documents' statistics: their sum ``S`` and the sum of their squared norms ``square_sum``. The documents
+    are a random draw, so the estimate's variance is scale^2 |B| times the sample variance of one document's
+    statistics, (square_sum - |S|^2 / |B|) / (|B| - 1). Zero for fewer than two documents."""
+    if docs < 2:
+        return 0.0
+    spread = (square_sum - float(np.vdot(S, S)) / docs) / (docs - 1.0)
+    return scale * scale * docs * max(spread, 0.0)
+
+
+def adaptive_step_size(distance: float, noise: float, floor: float) -> float:
+    """The step that brings q(beta) closest, in expectation, to the mean of the minibatch estimates:
+    rho = 1 - tr Var(g) / |g|^2 for the natural gradient g (the estimate minus the current shapes, whose
+    squared norm is ``distance``; Ranganath et al. 2013, with the noise from the minibatch's own documents,
+    ``minibatch_noise``), but at least ``floor`` (the schedule's rho_t) and at most 1 (docs/models/bnmf.md,
+    "Step sizes")."""
+    signal = 1.0 - noise / distance if distance > 0 else 0.0
+    return float(min(1.0, max(signal, floor)))
 
 
 def initial_globals(n_words: int, n_topics: int, n_tokens: float, n_docs: int, hyper: Hyper,

@@ -68,11 +68,14 @@ class LazyTopics:
     P: float = 1.0
     prior: float = 0.0
     column_sums: np.ndarray | None = None  # (K,) sum_v E_vk
+    squares: float | None = None  # sum_vk E_vk^2, for ``distance``
     journal: list | None = field(default=None, repr=False)  # (words or None for all, their old rows of E)
 
     def __post_init__(self) -> None:
         if self.column_sums is None:
             self.column_sums = self.E.sum(axis=0)
+        if self.squares is None:
+            self.squares = float(np.vdot(self.E, self.E))
 
     @classmethod
     def of(cls, g: np.ndarray, h: np.ndarray) -> "LazyTopics":
@@ -94,6 +97,20 @@ class LazyTopics:
         return TopicView(exp_elog_beta(self.shapes(words), self.rate, dtype, threads, overwrite=True),
                          self.mean_sums())
 
+    def distance(self, words: np.ndarray, S: np.ndarray, scale: float, prior: float) -> float:
+        """|g_hat - g|^2 over every word and topic, g_hat the minibatch's estimate of the shapes: prior + scale S
+        in the rows of ``words``, the prior ``prior`` (c0/V) in every other row (eq. 11.33). O(len(words) x K):
+        the untouched rows' share comes from the kept sum of squares of E."""
+        gap = self.shapes(words)
+        gap -= prior
+        touched_prior = float(np.vdot(gap, gap))  # sum over the touched rows of (g - prior)^2
+        gap /= scale
+        gap -= S
+        touched = scale * scale * float(np.vdot(gap, gap))
+        n_entries = self.E.size
+        whole = self.squares - 2.0 * prior * float(self.column_sums.sum()) + n_entries * prior * prior
+        return touched + max(self.P * self.P * whole - touched_prior, 0.0)
+
     def update(self, words: np.ndarray, S: np.ndarray, theta_sum: np.ndarray, hyper: Hyper,
                scale: float, rho: float) -> None:
         """The natural-gradient step (eqs. 11.33-11.34) from statistics ``S`` of ``words`` (the rows of every
@@ -111,7 +128,9 @@ class LazyTopics:
         rows = self.E[words]
         if self.journal is not None:
             self.journal.append((words, rows))
+        self.squares -= float(np.vdot(rows, rows))
         step += rows  # the same sum as rows + step, without a third array of the touched words' size
+        self.squares += float(np.vdot(step, step))
         self.E[words] = step
         rate = np.multiply(self.rate, 1.0 - rho)
         rate += rho * (hyper.c0 + scale * theta_sum)
@@ -126,12 +145,13 @@ class LazyTopics:
         self.E *= self.P
         self.E += self.prior * (1.0 - self.P)
         self.column_sums = self.E.sum(axis=0)
+        self.squares = float(np.vdot(self.E, self.E))
         self.P = 1.0
 
     def mark(self) -> "Mark":
         """The values of now, for ``Mark.restore``; from now on updates record what they overwrite."""
         self.journal = []
-        return Mark(self, self.P, self.prior, self.column_sums.copy(), self.rate.copy())
+        return Mark(self, self.P, self.prior, self.column_sums.copy(), self.squares, self.rate.copy())
 
 
 @dataclass(frozen=True)
@@ -142,6 +162,7 @@ class Mark:
     P: float
     prior: float
     column_sums: np.ndarray
+    squares: float
     rate: np.ndarray
 
     def restore(self) -> LazyTopics:
@@ -154,5 +175,5 @@ class Mark:
                 topics.E[words] = rows
         topics.journal = []
         topics.P, topics.prior = self.P, self.prior
-        topics.column_sums, topics.rate = self.column_sums.copy(), self.rate.copy()
+        topics.column_sums, topics.squares, topics.rate = self.column_sums.copy(), self.squares, self.rate.copy()
         return topics

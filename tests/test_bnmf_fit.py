@@ -196,6 +196,23 @@ def test_more_passes_do_not_score_worse_on_short_real_documents():
     assert scores[1] >= scores[0] - 0.03
 
 
+def test_adaptive_steps_are_the_schedule_or_larger_and_the_schedule_alone_on_request(model_corpus):
+    """With ``step_size`` "adaptive" every rho lies between the schedule's (t0 + t)^-kappa and 1, and above it
+    while the topics are far from the minibatches' estimates (the first steps on a corpus with clear topics);
+    with "schedule" rho is the schedule's exactly, and a bad name is refused."""
+    X = model_corpus.X
+    fits = {rule: BayesianNMF(n_topics=10, batch_size=100, passes=1, step_size=rule, eval_every=0).fit(X)
+            for rule in ("adaptive", "schedule")}
+    config = BNMFConfig()
+    schedule = np.array([bnmf.step_size(t, config.t0, config.kappa) for t in range(len(fits["schedule"].trace_))])
+    np.testing.assert_array_equal([r["rho"] for r in fits["schedule"].trace_], schedule)
+    adaptive = np.array([r["rho"] for r in fits["adaptive"].trace_])
+    assert ((adaptive >= schedule) & (adaptive <= 1.0)).all()
+    assert (adaptive[:3] > schedule[:3]).all()
+    with pytest.raises(UserError, match="step_size"):
+        BayesianNMF(step_size="fixed").fit(np.ones((2, 3)))
+
+
 def test_share_tolerance_stops_training_sweeps_not_scoring():
     """``share_tol`` shortens the training local steps; held-out scoring and ``transform`` keep fitting documents
     to ``local_tol`` or ``eval_max_sweeps``, so scores of different training settings stay comparable."""

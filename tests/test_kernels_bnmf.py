@@ -226,6 +226,49 @@ def test_step_size_schedule():
     assert bnmf.step_size(3, 1.0, 0.5) == pytest.approx(0.5)
 
 
+def test_document_square_sum_is_the_sum_of_each_documents_own_statistics_squared():
+    """sum_d |S^(d)|^2 against S^(d) computed one document at a time by the local step itself."""
+    X, rng = _corpus(seed=4)
+    hyper, g, h = _globals(X, 4, rng)
+    view = bnmf.TopicView.from_params(g, h)
+    whole = bnmf.local_step(X.indptr, X.indices, X.data, view, hyper, with_spread=True)
+    expected = 0.0
+    for d in range(X.shape[0]):
+        row = X[d:d + 1]
+        one = bnmf.local_step(row.indptr, row.indices, row.data, view, hyper)
+        expected += float(np.sum(one.S ** 2))
+    assert expected > 0
+    assert whole.square_sum == pytest.approx(expected, rel=1e-12)
+    assert bnmf.local_step(X.indptr, X.indices, X.data, view, hyper).square_sum == 0.0  # not asked for
+
+
+def test_minibatch_noise_is_the_variance_of_the_scaled_sum_of_a_random_draw_of_documents():
+    """tr Var(scale S) for documents drawn at random from a population: the formula from one draw's sums
+    against the spread of the estimate over many draws."""
+    rng = np.random.default_rng(8)
+    population = rng.gamma(0.5, 2.0, (400, 6, 3))  # each document's statistics, 6 words x 3 topics
+    size, scale = 25, 400 / 25
+    estimates, noises = [], []
+    for _ in range(4000):
+        batch = population[rng.choice(400, size, replace=True)]
+        S = batch.sum(axis=0)
+        estimates.append(scale * S)
+        noises.append(bnmf.minibatch_noise(S, float(np.sum(batch ** 2)), size, scale))
+    spread = float(np.sum(np.var(np.array(estimates), axis=0)))
+    assert np.mean(noises) == pytest.approx(spread, rel=0.05)
+    assert bnmf.minibatch_noise(S, 1.0, 1.0, scale) == 0.0  # one document: no spread to measure
+
+
+@pytest.mark.parametrize("distance, noise, floor, expected", [
+    (10.0, 2.0, 0.1, 0.8),     # mostly signal: 1 - noise / distance
+    (10.0, 9.9, 0.1, 0.1),     # mostly noise: the schedule's floor
+    (10.0, 20.0, 0.05, 0.05),  # noise estimated above the distance: the floor
+    (0.0, 0.0, 0.3, 0.3),      # no gradient: the floor
+])
+def test_adaptive_step_size_is_one_minus_the_noise_share_within_the_floor_and_one(distance, noise, floor, expected):
+    assert bnmf.adaptive_step_size(distance, noise, floor) == pytest.approx(expected)
+
+
 @pytest.mark.parametrize("dtype", [np.float64, np.float32])
 def test_topic_view_on_threads_is_the_same_bit_for_bit(dtype):
     rng = np.random.default_rng(4)

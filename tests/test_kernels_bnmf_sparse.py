@@ -111,7 +111,7 @@ def test_block_statistics_in_their_own_words_merge_to_the_dense_sums_bit_for_bit
 
 
 def _state(lazy):
-    return lazy.E.copy(), lazy.P, lazy.prior, lazy.column_sums.copy(), lazy.rate.copy()
+    return lazy.E.copy(), lazy.P, lazy.prior, lazy.column_sums.copy(), lazy.squares, lazy.rate.copy()
 
 
 def test_a_mark_restores_the_topics_bit_for_bit_and_folded_topics_equal_fresh_ones():
@@ -139,3 +139,37 @@ def test_a_mark_restores_the_topics_bit_for_bit_and_folded_topics_equal_fresh_on
     np.testing.assert_array_equal(lazy.E, fresh.E)
     np.testing.assert_array_equal(lazy.column_sums, fresh.column_sums)
     np.testing.assert_array_equal(lazy.shapes(), shapes)
+
+
+def _dense_distance(lazy, words, S, scale, prior):
+    """|g_hat - g|^2 written out over the whole V x K shapes."""
+    target = np.full(lazy.E.shape, prior)
+    target[words] += scale * S
+    return float(np.sum((target - lazy.shapes()) ** 2))
+
+
+def test_distance_to_the_minibatch_estimate_equals_the_dense_one_through_updates_folds_and_marks():
+    """``distance`` reads the untouched rows through the kept sum of squares of E: it must equal the V x K
+    computation after lazy updates (P < 1), a fold (rho = 1) and a restore, or the step size drifts."""
+    n_words, n_topics = 50, 3
+    hyper, g, h = _globals(n_words, n_topics, seed=6)
+    prior = hyper.c0 / hyper.n_words
+    rng = np.random.default_rng(6)
+    lazy = bnmf_sparse.LazyTopics.of(g, h)
+    probes = list(_random_steps(rng, n_words, n_topics, [0.5] * 3))
+    steps = list(_random_steps(rng, n_words, n_topics, [0.7, 0.4, 1.0, 0.3, 0.2, 0.25], rare=[0, 1, 2]))
+    mark = None
+    for i, step in enumerate(steps):
+        for words, S, _, scale, _ in probes:
+            assert lazy.distance(words, S, scale, prior) == pytest.approx(
+                _dense_distance(lazy, words, S, scale, prior), rel=1e-10)
+        if i == 4:
+            mark = lazy.mark()
+        lazy.update(step[0], step[1].copy(), step[2], hyper, step[3], step[4])
+    assert lazy.P < 1.0
+    words, S, _, scale, _ = probes[0]
+    assert lazy.distance(words, S, scale, prior) == pytest.approx(_dense_distance(lazy, words, S, scale, prior),
+                                                                  rel=1e-10)
+    mark.restore()
+    assert lazy.distance(words, S, scale, prior) == pytest.approx(_dense_distance(lazy, words, S, scale, prior),
+                                                                  rel=1e-10)

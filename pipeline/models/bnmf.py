@@ -17,7 +17,7 @@ from buffet.pipeline.engine.engine import BlockSet, Engine
 from buffet.pipeline.engine.seeds import stream
 from buffet.pipeline.engine.settings import inherited_option, option, require_counts
 from buffet.pipeline.models.state import DriverState
-from buffet.pipeline.models.topics import CLIENT_THREADS, Corpus, TopicModelConfig
+from buffet.pipeline.models.topics import CLIENT_THREADS, Corpus, TopicModelConfig, scheduled_step
 
 TOPIC_SHAPE = 0.5  # the default shape c0 / V of the topic prior beta_vk ~ Gamma(c0/V, c0)
 SVI_SHAPES = "svi_shapes"  # the globals' name of the lazy shapes' own values (``BNMFState.to_arrays``)
@@ -34,17 +34,16 @@ class BNMFConfig(TopicModelConfig):
     """Settings of a Bayesian NMF fit: the topic models' (``TopicModelConfig``) plus the theta prior
     (paper 002, Sec. 11.6) and how the local steps run.
 
-    Why the SVI schedule (kappa 0.6, t0 1) and the local stopping rule (a document stops once fewer than 1% of
-    its tokens change topic in a sweep, ``share_tol``, or after 30 sweeps) differ from the topic models' shared
-    defaults: they had the smallest worst case, over the tuning half of a panel of generated corpora
-    (benchmarks/bnmf_sweep_panel.py: documents of 50-300 tokens, 2,000-20,000 words, 20-100 topics, sparse and
-    dense topics, 10-40 steps per pass), of one pass's held-out score against each corpus's best of the
-    earlier settings, and the held-back half of the panel confirmed it. With t0 = 1 the first step
-    (rho = 1) replaces the random initial topics; with t0 = 10 about a tenth of their mass was still there
-    after 10 steps, and one pass scored up to 5% per word worse. A fixed cap of 10 sweeps stopped documents of
-    300 tokens and 100 topics far from their fit and ran short ones past theirs; the share of a document's
-    tokens still changing topic means the same at any length, so long documents get the sweeps they need and
-    settled ones stop early.
+    Why the SVI steps are adaptive (``step_size``, with the schedule kappa 0.6, t0 5 as their least) and the
+    local stopping rule is a share of tokens (a document stops once fewer than 1% of its tokens change topic
+    in a sweep, ``share_tol``, or after 20 sweeps): over a panel of 20 generated corpora
+    (benchmarks/bnmf_sweep_panel.py: documents of 30-500 tokens, 2,000-20,000 words, 10-120 true topics and K
+    from 20 to 100, sparse and dense topics, 10-80 steps per pass; docs/models/bnmf.md, "Step sizes") no
+    fixed schedule came within 0.3% of every corpus's best earlier setting, because corpora drawn with dense
+    topics or documents of many topics want small first steps and those with sparse topics or few steps per
+    pass large ones; a step measured from each minibatch's own noise gives each what it wants. A fixed cap of
+    10 sweeps stops documents of 300 tokens and 100 topics far from their fit and runs short ones past
+    theirs; the share of a document's tokens still changing topic means the same at any length.
 
     Why the topic prior defaults to c0 = 0.5 V (shape 0.5 per word and topic) and not the paper's 0.05 V:
     mean-field VB weighs a word in a topic by exp(E ln beta) = exp(psi(g)) / h, about (g - 0.5) / h for
@@ -64,8 +63,11 @@ class BNMFConfig(TopicModelConfig):
     b0: float | None = option(None, "Rate of the document weights' prior theta_kd ~ Gamma(a0, b0) (> 0; unset: "
                                     "1/K). The prior mean of theta is a0/b0.")
     kappa: float = inherited_option(TopicModelConfig, "kappa", 0.6)
-    t0: float = inherited_option(TopicModelConfig, "t0", 1.0)
-    max_sweeps: int = option(30, "Training: most local sweeps per document per step (>= 1), if --share-tol or "
+    t0: float = inherited_option(TopicModelConfig, "t0", 5.0)
+    step_size: str = option("adaptive", "SVI step sizes: 'adaptive' takes the larger of the schedule's rho_t = "
+                                        "(t0 + t)^-kappa and the step the minibatch's own noise calls for (large "
+                                        "while its estimate is mostly signal); 'schedule' takes rho_t alone.")
+    max_sweeps: int = option(20, "Training: most local sweeps per document per step (>= 1), if --share-tol or "
                                  "--local-tol does not stop it first. Lower it to cap the time a step takes.")
     share_tol: float = option(0.01, "Training: stop a document's local sweeps once fewer than this share of its "
                                     "tokens change topic in a sweep (0 <= share < 1; 0: only --local-tol and "
@@ -84,6 +86,8 @@ class BNMFConfig(TopicModelConfig):
         require_counts(self, ("max_sweeps", "eval_max_sweeps"))
         if not 0.0 <= self.share_tol < 1.0:
             raise UserError(f"share_tol must be in [0, 1), got {self.share_tol}")
+        if self.step_size not in ("adaptive", "schedule"):
+            raise UserError(f"step_size must be 'adaptive' or 'schedule', got {self.step_size!r}")
         if self.precision not in ("float64", "float32"):
             raise UserError(f"precision must be 'float64' or 'float32', got {self.precision!r}")
 
@@ -127,12 +131,14 @@ class BNMFState(DriverState):
 
     def to_arrays(self) -> dict[str, Any]:
         """g, h, docs_seen, and under ``SVI_SHAPES`` what else restores the lazy shapes exactly (P, the prior
-        shape, E's column sums as the updates summed them, and E itself unless P is 1, when E is g): a fit
+        shape, E's column sums and sum of squares as the updates summed them, and E itself unless P is 1, when
+        E is g): a fit
         resumed from a checkpoint, or continued by ``partial_fit``, goes on with the same numbers as the fit
         that wrote it. h is the read-only V x K view of its one row and E the live array, not copies (at
         V = 100,000 and K = 100 each copy is 80 MB): they hold until the next update (``DriverState.to_arrays``)."""
         t = self.topics
-        lazy = {"P": np.float64(t.P), "prior": np.float64(t.prior), "column_sums": t.column_sums.copy()}
+        lazy = {"P": np.float64(t.P), "prior": np.float64(t.prior), "column_sums": t.column_sums.copy(),
+                "squares": np.float64(t.squares)}
         if t.P != 1.0:
             lazy["E"] = t.E
         return {"g": self.g, "h": self.h, "docs_seen": self.docs_seen, SVI_SHAPES: lazy}
@@ -145,7 +151,8 @@ class BNMFState(DriverState):
         h = arrays["h"]
         topics = bnmf_sparse.LazyTopics(np.array(lazy.get("E", arrays["g"]), dtype=np.float64),
                                         np.array(h[0] if h.ndim == 2 else h),
-                                        float(lazy["P"]), float(lazy["prior"]), np.array(lazy["column_sums"]))
+                                        float(lazy["P"]), float(lazy["prior"]), np.array(lazy["column_sums"]),
+                                        float(lazy["squares"]) if "squares" in lazy else None)
         return cls(topics, int(arrays["docs_seen"]))
 
     def mark(self) -> tuple[bnmf_sparse.Mark, int]:
@@ -224,9 +231,10 @@ class BNMF:
         ``shared`` (words, their view) for those words."""
         words, local = bnmf_sparse.block_words(rows.indices)
         view = bnmf_sparse.words_view(shared[1], shared[0], words)
-        res = bnmf.local_step(rows.indptr, local, rows.data, view, self.hyper, self.config.local_settings())
+        res = bnmf.local_step(rows.indptr, local, rows.data, view, self.hyper, self.config.local_settings(),
+                              with_spread=self.config.step_size == "adaptive")
         return {bnmf_sparse.WORDS: words, "S": res.S, "theta_sum": res.theta_sum, "docs": float(rows.n_rows),
-                "sweeps": float(res.sweeps.sum())}
+                "sweeps": float(res.sweeps.sum()), "square_sum": res.square_sum}
 
     def batch_update(self, engine: Engine, state: BNMFState, stats: dict, locals_: BlockSet) -> BNMFState:
         """q(beta) from every document's statistics (the batch update)."""
@@ -241,6 +249,18 @@ class BNMF:
         view = engine.share(self.local_view(state))
         local = engine.reduce(engine.map(self.local_elbo, rows, locals_, view))["elbo"]
         return local + bnmf.global_elbo(state.g, state.topics.rate, self.hyper)
+
+    def step_size(self, state: BNMFState, stats: dict, scale: float, step: int) -> float:
+        """rho of SVI step ``step``: the schedule's (t0 + t)^-kappa, or with ``step_size`` "adaptive" the larger
+        of it and the step the minibatch's own noise calls for (``kernels.bnmf.adaptive_step_size``;
+        docs/models/bnmf.md, "Step sizes"). A minibatch of one document has no spread to measure: the schedule."""
+        floor = scheduled_step(self.config, step)
+        if self.config.step_size != "adaptive" or stats["docs"] < 2:
+            return floor
+        noise = bnmf.minibatch_noise(stats["S"], stats["square_sum"], stats["docs"], scale)
+        distance = state.topics.distance(stats[bnmf_sparse.WORDS], stats["S"], scale,
+                                         self.hyper.c0 / self.hyper.n_words)
+        return bnmf.adaptive_step_size(distance, noise, floor)
 
     def stochastic_update(self, state: BNMFState, stats: dict, scale: float, rho: float) -> BNMFState:
         """q(beta)'s natural-gradient step (eqs. 11.33-11.34) in the words the minibatch touched, in place."""

@@ -22,7 +22,7 @@ from buffet.pipeline.engine.engine import BlockSet, Engine
 from buffet.pipeline.engine.seeds import stream
 from buffet.pipeline.engine.settings import inherited_option, option, require_counts, require_positive
 from buffet.pipeline.models.bnmf import TOPIC_SHAPE, BNMFConfig
-from buffet.pipeline.models.topics import CLIENT_THREADS, Corpus, TopicModelConfig, TopicState
+from buffet.pipeline.models.topics import CLIENT_THREADS, Corpus, TopicModelConfig, TopicState, scheduled_step
 
 Locals = tuple[np.ndarray, np.ndarray]  # a block's (u_d rows, alpha_d)
 
@@ -156,6 +156,10 @@ class CNMF:
         view = engine.share(self.local_view(state))
         local = engine.reduce(engine.map(self.local_objective, rows, locals_, view))["objective"]
         return local + cnmf.topic_prior(state.L, self.prior) + bnmf.global_elbo(state.g, state.h, self.hyper)
+
+    def step_size(self, state: CNMFState, stats: dict, scale: float, step: int) -> float:
+        """The schedule's rho_t (``models.topics.scheduled_step``)."""
+        return scheduled_step(self.config, step)
 
     def stochastic_update(self, state: CNMFState, stats: dict, scale: float, rho: float) -> CNMFState:
         """The natural-gradient step of q(beta) (eqs. 11.33-11.34) and the Newton step of L (eq. 11.35),

@@ -157,9 +157,15 @@ class TopicModel(Protocol):
     def svi_statistics(self, engine: Engine, state: TopicState, blocks: BlockSet, prepared: Any) -> dict: ...
     def batch_update(self, engine: Engine, state: TopicState, stats: dict, locals_: BlockSet) -> TopicState: ...
     def objective(self, engine: Engine, rows: BlockSet, locals_: BlockSet, state: TopicState) -> float: ...
+    def step_size(self, state: TopicState, stats: dict, scale: float, step: int) -> float: ...
     def stochastic_update(self, state: TopicState, stats: dict, scale: float, rho: float) -> TopicState: ...
     def eval_view(self, state: TopicState) -> Any: ...
     def completion(self, rows: CSRRows, block: int, view: Any) -> dict: ...
+
+
+def scheduled_step(config: TopicModelConfig, step: int) -> float:
+    """The schedule's rho_t = (t0 + t)^-kappa of SVI step ``step`` (eq. 11.35)."""
+    return bnmf.step_size(step, config.t0, config.kappa)
 
 
 def no_local(rows: CSRRows) -> None:
@@ -294,9 +300,11 @@ class TopicDriver(StatefulDriver):
         if prepared is NOT_PREPARED:
             prepared = self.model.prepare(self.engine, self.state, blocks)
         stats = self.model.svi_statistics(self.engine, self.state, blocks, prepared)
-        rho = bnmf.step_size(step, self.config.t0, self.config.kappa)
+        rho = scheduled_step(self.config, step)
         if stats["docs"] > 0:
-            self.state = self.model.stochastic_update(self.state, stats, n_docs / stats["docs"], rho)
+            scale = n_docs / stats["docs"]
+            rho = self.model.step_size(self.state, stats, scale, step)
+            self.state = self.model.stochastic_update(self.state, stats, scale, rho)
         self.state.docs_seen += int(stats["docs"])
         return stats, rho
 
