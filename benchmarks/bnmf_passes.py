@@ -21,6 +21,9 @@ appends one JSON line per fit to ``--out``:
 
     OPENBLAS_NUM_THREADS=1 python benchmarks/bnmf_passes.py [--corpora reuters reuters-short] [--out FILE]
     OPENBLAS_NUM_THREADS=1 python benchmarks/bnmf_passes.py --corpora generated-nyt --passes 1 5 --splits 3
+    OPENBLAS_NUM_THREADS=1 python benchmarks/bnmf_passes.py --shapes 0.5 --set step_size=adaptive --set t0=5
+
+``--set NAME=VALUE`` passes other ``BayesianNMF`` settings to every fit (recorded in each line).
 """
 
 from __future__ import annotations
@@ -37,7 +40,7 @@ import numpy as np
 import scipy.sparse as sp
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import machine
+from common import machine, setting
 
 from buffet.data.synthetic import bnmf_corpus, deal_tokens, lda_documents, lda_topics
 from buffet.pipeline.estimators import BayesianNMF
@@ -99,11 +102,11 @@ DEFAULT_CORPORA = ["reuters", "reuters-short", "generated-bnmf", "generated-lda"
 
 
 def heldout(train: sp.csr_matrix, test: sp.csr_matrix, n_topics: int, batch: int, passes: int, seed: int,
-            shape: float) -> tuple[float, float]:
-    """(held-out per-word LL, fit seconds) of one SVI fit with the topic prior c0 = ``shape`` V."""
+            shape: float, settings: dict) -> tuple[float, float]:
+    """(held-out per-word LL, fit seconds) of one SVI fit with the topic prior c0 = ``shape`` V and ``settings``."""
     started = time.perf_counter()
     model = BayesianNMF(n_topics, batch_size=batch, passes=passes, seed=seed, eval_every=0,
-                        c0=shape * train.shape[1]).fit(train)
+                        c0=shape * train.shape[1], **settings).fit(train)
     return model.score(test), time.perf_counter() - started
 
 
@@ -114,6 +117,8 @@ def main() -> None:
     parser.add_argument("--shapes", nargs="+", type=float, default=SHAPES, help="topic prior shapes c0 / V")
     parser.add_argument("--splits", type=int, default=SPLITS)
     parser.add_argument("--out", type=Path, default=None, help="append one JSON line per fit here")
+    parser.add_argument("--set", action="append", default=[], type=setting, metavar="NAME=VALUE",
+                        help="another BayesianNMF setting for every fit (repeatable)")
     args = parser.parse_args()
     host = {"host": platform.node(), **machine()}
     print(f"# {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, host {json.dumps(host)}")
@@ -129,14 +134,16 @@ def main() -> None:
                 train, test = make(seed)
                 scores = {}
                 for passes in passes_list:
-                    scores[passes], seconds = heldout(train, test, n_topics, batch, passes, seed, shape)
+                    scores[passes], seconds = heldout(train, test, n_topics, batch, passes, seed, shape,
+                                                      dict(args.set))
                     if args.out:
                         with args.out.open("a") as out:
                             out.write(json.dumps({
                                 "time": time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime()), "bench": "bnmf_passes",
                                 "machine": host, "corpus": name, "prior": prior, "split": seed, "passes": passes,
                                 "heldout_ll": scores[passes], "seconds": round(seconds, 2),
-                                "train_docs": train.shape[0], "batch_size": batch, "n_topics": n_topics}) + "\n")
+                                "train_docs": train.shape[0], "batch_size": batch, "n_topics": n_topics,
+                                "settings": dict(args.set)}) + "\n")
                 rows.append([scores[p] for p in passes_list])
                 print(f"{name:15s} {prior:16s} {seed:5d} " + " ".join(f"{s:8.4f}" for s in rows[-1])
                       + f" {rows[-1][-1] - rows[-1][0]:+7.4f}", flush=True)

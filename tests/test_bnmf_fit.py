@@ -201,10 +201,9 @@ def test_adaptive_steps_are_the_schedule_or_larger_and_the_schedule_alone_on_req
     while the topics are far from the minibatches' estimates (the first steps on a corpus with clear topics);
     with "schedule" rho is the schedule's exactly, and a bad name is refused."""
     X = model_corpus.X
-    fits = {rule: BayesianNMF(n_topics=10, batch_size=100, passes=1, step_size=rule, eval_every=0).fit(X)
+    fits = {rule: BayesianNMF(n_topics=10, batch_size=100, passes=1, step_size=rule, t0=5.0, eval_every=0).fit(X)
             for rule in ("adaptive", "schedule")}
-    config = BNMFConfig()
-    schedule = np.array([bnmf.step_size(t, config.t0, config.kappa) for t in range(len(fits["schedule"].trace_))])
+    schedule = np.array([bnmf.step_size(t, 5.0, BNMFConfig().kappa) for t in range(len(fits["schedule"].trace_))])
     np.testing.assert_array_equal([r["rho"] for r in fits["schedule"].trace_], schedule)
     adaptive = np.array([r["rho"] for r in fits["adaptive"].trace_])
     assert ((adaptive >= schedule) & (adaptive <= 1.0)).all()
