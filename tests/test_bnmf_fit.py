@@ -77,10 +77,11 @@ def test_partial_fit_over_the_minibatches_of_fit_gives_the_same_topics(model_cor
     np.testing.assert_allclose(proportions.sum(axis=1), 1.0)
 
 
-@pytest.mark.parametrize("mode", ["batch", "svi"])
-def test_resumed_run_ends_like_an_uninterrupted_run(tmp_path, corpus_store, mode):
+@pytest.mark.parametrize("mode, options", [("batch", {}), ("svi", {}), ("svi", {"step_size": "adaptive", "t0": 5.0})])
+def test_resumed_run_ends_like_an_uninterrupted_run(tmp_path, corpus_store, mode, options):
+    """Also with the adaptive step size, which reads the lazy shapes' sum of squares from the checkpoint."""
     config = BNMFConfig(n_topics=6, mode=mode, batch_size=400, passes=2, max_iter=8, tol=0.0,
-                        chunk_rows=300, checkpoint_every=3, eval_every=4)
+                        chunk_rows=300, checkpoint_every=3, eval_every=4, **options)
     whole = fit_run("bnmf", source_of(corpus_store), tmp_path / "whole", config, ProcessEngine(), quiet=True)
     part = fit_run("bnmf", source_of(corpus_store), tmp_path / "part", config, ProcessEngine(), stop_after=5, quiet=True)
     assert RunStore(part.path).status == "interrupted"
@@ -90,9 +91,11 @@ def test_resumed_run_ends_like_an_uninterrupted_run(tmp_path, corpus_store, mode
     np.testing.assert_allclose(topic_word(g1, h1), topic_word(g2, h2), rtol=0, atol=1e-12)
     trace1, trace2 = checkpoint(whole)[1], checkpoint(resumed)[1]
     assert [r["step"] for r in trace1] == [r["step"] for r in trace2]
+    assert [r.get("rho") for r in trace1] == [r.get("rho") for r in trace2]  # the same steps, bit for bit
 
 
-@pytest.mark.parametrize("mode, options", [("batch", {}), ("svi", {}), ("svi", {"accelerate": True})])
+@pytest.mark.parametrize("mode, options", [("batch", {}), ("svi", {}), ("svi", {"accelerate": True}),
+                                           ("svi", {"step_size": "adaptive", "t0": 5.0})])
 def test_same_seed_same_topics_on_1_and_2_workers_and_other_chunkings(tmp_path, corpus_store, clients, mode, options):
     """In float64, with or without SQUAREM sweeps, on worker processes or threads (``--precision float32``
     is not covered: its rounding turns the float64 reduction-order noise into ~1e-5 differences on a

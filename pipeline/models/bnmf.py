@@ -43,7 +43,7 @@ class BNMFConfig(TopicModelConfig):
     scored up to 5% per word worse. A fixed cap of 10 sweeps stopped documents of 300 tokens and 100 topics
     far from their fit and ran short ones past theirs; the share of a document's tokens still changing topic
     means the same at any length. Why the adaptive step size is not the default although it has the smaller
-    worst case on the generated panel: on the Reuters news stories it scored 0.4-0.5% per word below these
+    worst case on the generated panel: on the Reuters news stories it scored 0.5-0.6% per word below these
     defaults (docs/models/bnmf.md, "Step sizes").
 
     Why the topic prior defaults to c0 = 0.5 V (shape 0.5 per word and topic) and not the paper's 0.05 V:
@@ -134,9 +134,8 @@ class BNMFState(DriverState):
     def to_arrays(self) -> dict[str, Any]:
         """g, h, docs_seen, and under ``SVI_SHAPES`` what else restores the lazy shapes exactly (P, the prior
         shape, E's column sums and sum of squares as the updates summed them, and E itself unless P is 1, when
-        E is g): a fit
-        resumed from a checkpoint, or continued by ``partial_fit``, goes on with the same numbers as the fit
-        that wrote it. h is the read-only V x K view of its one row and E the live array, not copies (at
+        E is g): a fit resumed from a checkpoint, or continued by ``partial_fit``, goes on with the same numbers
+        as the fit that wrote it. h is the read-only V x K view of its one row and E the live array, not copies (at
         V = 100,000 and K = 100 each copy is 80 MB): they hold until the next update (``DriverState.to_arrays``)."""
         t = self.topics
         lazy = {"P": np.float64(t.P), "prior": np.float64(t.prior), "column_sums": t.column_sums.copy(),
