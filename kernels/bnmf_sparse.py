@@ -107,8 +107,7 @@ class LazyTopics:
         gap /= scale
         gap -= S
         touched = scale * scale * float(np.vdot(gap, gap))
-        n_entries = self.E.size
-        whole = self.squares - 2.0 * prior * float(self.column_sums.sum()) + n_entries * prior * prior
+        whole = self.squares - 2.0 * prior * float(self.column_sums.sum()) + self.E.size * prior * prior
         return touched + max(self.P * self.P * whole - touched_prior, 0.0)
 
     def update(self, words: np.ndarray, S: np.ndarray, theta_sum: np.ndarray, hyper: Hyper,

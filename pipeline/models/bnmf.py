@@ -254,7 +254,8 @@ class BNMF:
     def step_size(self, state: BNMFState, stats: dict, scale: float, step: int) -> float:
         """rho of SVI step ``step``: the schedule's (t0 + t)^-kappa, or with ``step_size`` "adaptive" the larger
         of it and the step the minibatch's own noise calls for (``kernels.bnmf.adaptive_step_size``;
-        docs/models/bnmf.md, "Step sizes"). A minibatch of one document has no spread to measure: the schedule."""
+        docs/models/bnmf.md, "Step sizes"). A minibatch of fewer than two documents has no spread to measure:
+        the schedule."""
         floor = scheduled_step(self.config, step)
         if self.config.step_size != "adaptive" or stats["docs"] < 2:
             return floor

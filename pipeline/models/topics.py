@@ -300,10 +300,9 @@ class TopicDriver(StatefulDriver):
         if prepared is NOT_PREPARED:
             prepared = self.model.prepare(self.engine, self.state, blocks)
         stats = self.model.svi_statistics(self.engine, self.state, blocks, prepared)
-        rho = scheduled_step(self.config, step)
+        scale = n_docs / max(stats["docs"], 1.0)
+        rho = self.model.step_size(self.state, stats, scale, step)
         if stats["docs"] > 0:
-            scale = n_docs / stats["docs"]
-            rho = self.model.step_size(self.state, stats, scale, step)
             self.state = self.model.stochastic_update(self.state, stats, scale, rho)
         self.state.docs_seen += int(stats["docs"])
         return stats, rho
