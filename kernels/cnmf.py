@@ -68,12 +68,17 @@ class Prior:
 
 @dataclass(frozen=True)
 class LocalSettings:
-    """Newton iteration of the local step: a document stops when its step moved u_d by less than
-    ``tol`` (max norm), when the line search finds no increase, or after ``max_steps`` steps."""
+    """Newton iteration of the local step. A document's first steps use the bound's curvature at fixed p^(vd),
+    their direction stretched by ``overrelax``, until one moves u_d by less than ``exact_below`` (max norm); its
+    steps use the exact Hessian after that (``newton_step``), and from the first step if ``exact_below`` is
+    infinite. It stops when an exact step moved u_d by less than ``tol`` or found no increase, or after
+    ``max_steps`` steps in all."""
 
     tol: float = 1e-6
     max_steps: int = 50
     max_halvings: int = 30
+    exact_below: float = 0.3
+    overrelax: float = 1.5
 
 
 @dataclass
@@ -258,8 +263,10 @@ def bound_precision(state: _DocState, view: bnmf.TopicView, L: np.ndarray) -> np
     return _bound_curvature(state.w, view, L)
 
 
-def exact_precision(docs: Docs, state: _DocState, view: bnmf.TopicView, L: np.ndarray) -> np.ndarray:
-    """Minus the exact Hessian of f_d per document: ``bound_precision`` less the missing information
+def exact_precision(docs: Docs, state: _DocState, view: bnmf.TopicView, L: np.ndarray,
+                    which: np.ndarray | None = None) -> np.ndarray:
+    """Minus the exact Hessian of f_d for the documents ``which`` (positions; all by default): ``bound_precision``
+    less the missing information
     sum_v X_dv Cov_{p^(vd)}(l) = sum_k n_kd l_k l_k^T - sum_v X_dv y_v y_v^T (y_v = sum_k p_k^(vd) l_k), which
     says how much less curved f_d is than the bound at fixed p^(vd); assembled with one sum over the topics,
 
@@ -268,8 +275,9 @@ def exact_precision(docs: Docs, state: _DocState, view: bnmf.TopicView, L: np.nd
     It is not positive definite everywhere, as f_d is a log-sum-exp of l_k . u_d, convex in u_d, minus another
     plus the log prior.
     """
-    return (_profiled_curvature(view.beta_sum * state.w - state.n, state.w, view, L)
-            + word_informations(docs, state, L))
+    which = np.arange(len(docs.length)) if which is None else which
+    w = state.w[which]
+    return _profiled_curvature(view.beta_sum * w - state.n[which], w, view, L) + word_informations(docs, state, L, which)
 
 
 def _information_through_locations(words: np.ndarray, scaled: np.ndarray, weight: np.ndarray,
@@ -297,15 +305,15 @@ def word_information(words: np.ndarray, scaled: np.ndarray, weight: np.ndarray, 
     return _information_through_locations(words, scaled, weight, L)
 
 
-def word_informations(docs: Docs, state: _DocState, L: np.ndarray) -> np.ndarray:
-    """``word_information`` of every document, one document at a time, so a document's numbers do not
-    depend on the other documents it is fitted with (one product over many documents rounds a row
-    differently depending on its position)."""
-    out = np.empty((len(docs.length), L.shape[1], L.shape[1]))
+def word_informations(docs: Docs, state: _DocState, L: np.ndarray, which: np.ndarray) -> np.ndarray:
+    """``word_information`` of the documents ``which`` (positions), one document at a time, so a document's
+    numbers do not depend on the other documents it is fitted with (one product over many documents rounds a
+    row differently depending on its position)."""
+    out = np.empty((len(which), L.shape[1], L.shape[1]))
     weight = state.ratio / state.phi  # X_dv / phi^2, as p^(vd) = exp(E ln beta_v) w'_d / phi
-    for d in range(len(docs.length)):
+    for i, d in enumerate(which):
         lo, hi = docs.indptr[d], docs.indptr[d + 1]
-        out[d] = word_information(docs.words[lo:hi], state.scaled[d], weight[lo:hi], L)
+        out[i] = word_information(docs.words[lo:hi], state.scaled[d], weight[lo:hi], L)
     return out
 
 
@@ -335,14 +343,35 @@ def newton_directions(exact: np.ndarray, bound: Callable[[np.ndarray], np.ndarra
     return np.linalg.solve(chosen, grad[:, :, None])[:, :, 0]
 
 
-def newton_step(docs: Docs, view: bnmf.TopicView, L: np.ndarray, U: np.ndarray,
-                state: _DocState, max_halvings: int) -> tuple[np.ndarray, _DocState]:
+def step_directions(docs: Docs, state: _DocState, view: bnmf.TopicView, L: np.ndarray, grad: np.ndarray,
+                    exact: np.ndarray, overrelax: float) -> np.ndarray:
+    """The direction of each document's step: where ``exact``, P^-1 g with the exact Hessian or part of the way
+    to the bound's curvature (``newton_directions``); elsewhere ``overrelax`` times the bound's P^-1 g
+    (``bound_precision``: positive definite, and free of the words' term, which costs nnz K m flops a
+    document). The bound's steps are those of maximising the bound at fixed p^(vd) and then refreshing p^(vd),
+    an MM iteration; they are cheap and go uphill from far away, but converge only linearly, and stretching
+    them by a factor above one makes up part of the curvature they overstate (over-relaxed bound optimisation,
+    Salakhutdinov and Roweis 2003)."""
+    out = np.empty_like(grad)
+    cheap, full = np.flatnonzero(~exact), np.flatnonzero(exact)
+    if len(cheap):
+        bound = _bound_curvature(state.w[cheap], view, L)
+        out[cheap] = overrelax * np.linalg.solve(bound, grad[cheap][:, :, None])[:, :, 0]
+    if len(full):
+        out[full] = newton_directions(exact_precision(docs, state, view, L, full),
+                                      lambda some: _bound_curvature(state.w[full[some]], view, L), grad[full])
+    return out
+
+
+def newton_step(docs: Docs, view: bnmf.TopicView, L: np.ndarray, U: np.ndarray, state: _DocState,
+                exact: np.ndarray, settings: LocalSettings) -> tuple[np.ndarray, _DocState]:
     """One Newton step on every u_d with a backtracking (Armijo) line search on f_d.
 
-    The direction H^-1 g uses the gradient of f_d (``doc_gradient``, exact since p^(vd) and alpha_d
-    are at their optima) and the exact Hessian (``exact_precision``) where
-    it is negative definite, so the steps converge quadratically near a maximum; elsewhere a curvature
-    between it and the bound's at fixed p^(vd) (``newton_directions``). The step is halved until f_d
+    The direction uses the gradient of f_d (``doc_gradient``, exact since p^(vd) and alpha_d are at their
+    optima) and, where ``exact``, the exact Hessian (``exact_precision``) where it is negative definite, so
+    the steps converge quadratically near a maximum, or else a curvature between it and the bound's at fixed
+    p^(vd) (``newton_directions``); elsewhere the bound's curvature, over-relaxed (``step_directions``). The
+    step is halved until f_d
     rises by ARMIJO x step x g.direction, and a document with no such step stays where it is. A step whose
     predicted rise g.direction is below FLAT |f_d| is taken whole: there f_d's change is near its
     rounding, which would decide the halvings (and then the same document would end elsewhere by up
@@ -351,14 +380,13 @@ def newton_step(docs: Docs, view: bnmf.TopicView, L: np.ndarray, U: np.ndarray,
     Returns the new locations and the state there (the accepted trials', not computed again).
     """
     grad = doc_gradient(state, view, L, U)
-    direction = newton_directions(exact_precision(docs, state, view, L),
-                                  lambda some: _bound_curvature(state.w[some], view, L), grad)
+    direction = step_directions(docs, state, view, L, grad, exact, settings.overrelax)
     slope = np.einsum("nm,nm->n", grad, direction)
     flat = slope <= FLAT * np.maximum(1.0, np.abs(state.f))
     step = np.zeros(len(U))
     new = state.take(np.arange(len(U)), np.arange(len(state.phi)))
     pending, size = np.arange(len(U)), 1.0
-    for _ in range(max_halvings + 1):
+    for _ in range(settings.max_halvings + 1):
         if not len(pending):
             break
         part = docs.subset(pending)
@@ -373,20 +401,23 @@ def newton_step(docs: Docs, view: bnmf.TopicView, L: np.ndarray, U: np.ndarray,
 
 def _fit(docs: Docs, view: bnmf.TopicView, L: np.ndarray, settings: LocalSettings, U: np.ndarray,
          steps: np.ndarray) -> None:
-    """Newton steps (``newton_step``) on the documents ``docs`` until each stops (``LocalSettings``),
-    writing their locations ``U`` and step counts ``steps`` in place."""
-    live, current = np.arange(len(U)), docs
+    """Newton steps (``newton_step``) on the documents ``docs`` until each stops (``LocalSettings``: the bound's
+    steps until one moves less than ``exact_below``, exact ones until one moves less than ``tol``), writing their
+    locations ``U`` and step counts ``steps`` in place."""
+    live, current, exact = np.arange(len(U)), docs, np.full(len(U), settings.exact_below == np.inf)
     state = _doc_state(current, view, L, U[live])
     for _ in range(settings.max_steps):
         if not len(live):
             return
-        new, state = newton_step(current, view, L, U[live], state, settings.max_halvings)
+        new, state = newton_step(current, view, L, U[live], state, exact, settings)
         moved = np.abs(new - U[live]).max(axis=1, initial=0.0)
         U[live] = new
         steps[live] += 1
-        going = np.flatnonzero(moved >= settings.tol)
+        going = np.flatnonzero(~exact | (moved >= settings.tol))
+        exact |= moved < settings.exact_below
         if len(going) < len(live):
-            live, state, current = live[going], state.take(going, current.positions(going)), current.subset(going)
+            live, exact = live[going], exact[going]
+            state, current = state.take(going, current.positions(going)), current.subset(going)
 
 
 def local_step(indptr: np.ndarray, indices: np.ndarray, counts: np.ndarray, view: bnmf.TopicView,

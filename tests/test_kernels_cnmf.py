@@ -1,6 +1,7 @@
 """Correlated NMF kernels against plain references."""
 
 import numpy as np
+import pytest
 import scipy.sparse as sp
 from scipy.special import gammaln, logsumexp
 
@@ -59,14 +60,17 @@ def _cov(L, p):
     return (L.T * p) @ L - np.outer(mean, mean)
 
 
-def _reference_direction(x_idx, x, view, L, u):
-    """Gradient and Newton direction of f_d at u, written per document in covariance form: the exact
-    minus Hessian I + N Cov_q(l) - sum_v x_v Cov_{p_v}(l), or the first of cnmf.EXACTNESS's fractions
-    of the last term that leaves it positive definite."""
+def _reference_direction(x_idx, x, view, L, u, exact=True, overrelax=1.0):
+    """Gradient and step direction of f_d at u, written per document in covariance form: with ``exact``, the
+    Newton direction of the exact minus Hessian I + N Cov_q(l) - sum_v x_v Cov_{p_v}(l), or of the first of
+    cnmf.EXACTNESS's fractions of the last term that leaves it positive definite; else ``overrelax`` times
+    that of the bound's I + N Cov_q(l)."""
     P, q = _weights(x_idx, view, L, u)
     n = x.sum()
     grad = (x @ P - n * q) @ L - u
     bound = np.eye(len(u)) + n * _cov(L, q)
+    if not exact:
+        return grad, overrelax * np.linalg.solve(bound, grad)
     missing = sum((xv * _cov(L, pv) for xv, pv in zip(x, P)), np.zeros_like(bound))
     for c in cnmf.EXACTNESS:
         if np.linalg.eigvalsh(bound - c * missing).min() > 0:
@@ -75,13 +79,14 @@ def _reference_direction(x_idx, x, view, L, u):
 
 
 def _reference_local_step(X, view, L, settings):
-    """The local step as a plain per-document loop."""
-    U = np.zeros((X.shape[0], L.shape[1]))
+    """The local step as a plain per-document loop: the bound's steps until one moves less than
+    settings.exact_below, exact ones until one moves less than settings.tol. Returns u and the steps taken."""
+    U, steps = np.zeros((X.shape[0], L.shape[1])), np.zeros(X.shape[0], dtype=int)
     for d in range(X.shape[0]):
         idx, x = _doc(X, d)
-        u = U[d]
+        u, exact = U[d], settings.exact_below == np.inf
         for _ in range(settings.max_steps):
-            grad, step = _reference_direction(idx, x, view, L, u)
+            grad, step = _reference_direction(idx, x, view, L, u, exact, settings.overrelax)
             f0, size, new = _doc_objective(idx, x, view, L, u), 1.0, u
             flat = grad @ step <= cnmf.FLAT * max(1.0, abs(f0))
             for _ in range(settings.max_halvings + 1):
@@ -91,27 +96,34 @@ def _reference_local_step(X, view, L, settings):
                 size /= 2
             moved = np.abs(new - u).max()
             u = new
-            if moved < settings.tol:
+            steps[d] += 1
+            if exact and moved < settings.tol:
                 break
+            exact = exact or moved < settings.exact_below
         U[d] = u
-    return U
+    return U, steps
 
 
-def test_vectorised_local_step_equals_per_document_loop():
-    """Both solvers take the same Newton steps, so they agree to rounding except where a stopping test
-    (step moved < tol) falls the other way on rounding; then one of them has taken one more step, and that
-    step moved less than tol. So u is compared at atol = tol (measured difference here: 3e-15). The
-    documents stop after 4-7 steps; the steps near the optimum are taken whole (cnmf.FLAT), so rounding in
-    f_d does not decide their size, and tol can be as small as 1e-10.
+@pytest.mark.parametrize("exact_below", [np.inf, cnmf.LocalSettings.exact_below])
+def test_vectorised_local_step_equals_per_document_loop(exact_below):
+    """Both solvers take the same steps, exact ones from the start (exact_below infinite) or the bound's first
+    (the default), so they agree to rounding except where a stopping test (step moved < tol) falls the other
+    way on rounding; then one of them has taken one more step, and that step moved less than tol. So u is
+    compared at atol = tol (measured difference here: 3e-15), and the steps each document took must agree (the
+    bound's phase changes the path, not the end: a kernel that skipped it or never left it would end at the same
+    u in other numbers of steps; measured 4-7 exact steps per document, and 5-8 with the bound's phase). The
+    steps near the optimum are taken whole (cnmf.FLAT), so rounding in f_d does not decide their size, and tol
+    can be as small as 1e-10.
 
     The statistics are compared with the loop's formulas evaluated at the returned u (the kernel promises
     statistics of its returned locals), so they agree to rounding."""
     X, hyper, g, h, L, prior, _ = _setup()
     view = bnmf.TopicView.from_params(g, h)
-    settings = cnmf.LocalSettings(tol=1e-10, max_steps=60)
+    settings = cnmf.LocalSettings(tol=1e-10, max_steps=60, exact_below=exact_below)
     res = cnmf.local_step(X.indptr, X.indices, X.data, view, L, settings)
-    U = _reference_local_step(X, view, L, settings)
+    U, steps = _reference_local_step(X, view, L, settings)
     np.testing.assert_allclose(res.u, U, rtol=0, atol=settings.tol)
+    np.testing.assert_array_equal(res.steps, steps)
     # statistics from p^(vd) and w at the returned u
     lw = res.u @ L.T
     lengths = np.asarray(X.sum(axis=1)).ravel()
@@ -214,6 +226,30 @@ def test_topic_gradient_equals_finite_differences_and_batch_step_ascends():
     np.testing.assert_allclose(cnmf.stochastic_topic_step(L, res.statistics(), view.beta_sum, prior, 1.0, 1.0), L + direction)
 
 
+def test_step_directions_equal_the_per_document_reference():
+    """Each document's direction is the reference's: the exact Newton direction (or a fraction of the missing
+    information) where the mask says exact, overrelax times the bound's Newton direction elsewhere, at points
+    where many exact Hessians are indefinite (a planted bug that dropped the over-relaxation, or gave the bound's
+    documents the exact directions, fails here)."""
+    X, hyper, g, h, L, prior, rng = _setup(seed=5)
+    view = bnmf.TopicView.from_params(g, h)
+    L = 3 * L
+    U = rng.normal(size=(X.shape[0], L.shape[1]))
+    docs = _docs(X, view, L)
+    state = cnmf._doc_state(docs, view, L, U)
+    grad = cnmf.doc_gradient(state, view, L, U)
+    exact = rng.random(X.shape[0]) < 0.5
+    got = cnmf.step_directions(docs, state, view, L, grad, exact, 1.7)
+    indefinite = 0
+    for d in range(X.shape[0]):
+        idx, x = _doc(X, d)
+        ref_grad, ref = _reference_direction(idx, x, view, L, U[d], exact[d], 1.7)
+        np.testing.assert_allclose(grad[d], ref_grad, rtol=1e-9, atol=1e-9)
+        np.testing.assert_allclose(got[d], ref, rtol=1e-8, atol=1e-10)
+        indefinite += exact[d] and not cnmf.positive_definite(cnmf.exact_precision(docs, state, view, L, np.array([d])))[0]
+    assert indefinite >= 3 and (~exact).sum() >= 10
+
+
 def test_each_newton_step_does_not_decrease_the_document_objective():
     """Every step rises by the Armijo condition, except the steps taken whole where f_d cannot resolve
     the rise (cnmf.FLAT): those may lower f_d by its rounding (measured: at most 4 ulp), allowed here as
@@ -223,9 +259,10 @@ def test_each_newton_step_does_not_decrease_the_document_objective():
     L = 3 * L  # large steps and indefinite Hessians, so the line search and the fallbacks have work to do
     U = rng.normal(size=(X.shape[0], L.shape[1]))
     docs, rises = _docs(X, view, L), []
+    exact = np.arange(X.shape[0]) % 2 == 0  # half the documents take the bound's over-relaxed steps
     for _ in range(8):
         state = cnmf._doc_state(docs, view, L, U)
-        U, returned = cnmf.newton_step(docs, view, L, U, state, 30)
+        U, returned = cnmf.newton_step(docs, view, L, U, state, exact, cnmf.LocalSettings())
         recomputed = cnmf._doc_state(docs, view, L, U)  # the returned state is put together from the trials'
         for name in ("f", "scaled", "phi", "ratio", "w", "n"):
             np.testing.assert_array_equal(getattr(returned, name), getattr(recomputed, name), err_msg=name)
@@ -236,12 +273,12 @@ def test_each_newton_step_does_not_decrease_the_document_objective():
 
 
 def _iterates(X, view, L, n_steps):
-    """u after 1, ..., n_steps Newton steps of every document, one ``local_step`` of one step at a time
-    (a step depends on u only, so this is the path of a single run)."""
+    """u after 1, ..., n_steps exact Newton steps of every document (no bound's phase: exact_below infinite),
+    one ``local_step`` of one step at a time (a step depends on u only, so this is the path of a single run)."""
     path, u = [], None
     for _ in range(n_steps):
-        u = cnmf.local_step(X.indptr, X.indices, X.data, view, L, cnmf.LocalSettings(0.0, 1), u_start=u,
-                            with_stats=False).u
+        u = cnmf.local_step(X.indptr, X.indices, X.data, view, L, cnmf.LocalSettings(0.0, 1, exact_below=np.inf),
+                            u_start=u, with_stats=False).u
         path.append(u)
     return path
 
