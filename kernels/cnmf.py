@@ -23,8 +23,12 @@ N_d = sum_v X_dv. The local step maximises f_d by Newton steps with the exact He
 
 whose first two terms are the curvature of the bound at fixed p^(vd) (alpha_d profiled out) and whose
 last, the information that fixing p^(vd) leaves out, makes the steps converge quadratically instead of
-linearly. f_d need not be concave, so where the exact Hessian is not negative definite a step takes
-only part of the last term (``newton_directions``), and a line search keeps every step uphill.
+linearly. That last term is the costly one (nnz K m flops a document), and far from the optimum, where the
+exact Hessian is mostly indefinite anyway, it buys little: a document's first steps use the bound's curvature
+alone, over-relaxed (``step_directions``), and the exact Hessian takes over once a step moves u_d by less
+than ``LocalSettings.exact_below``. f_d need not be concave, so where the exact Hessian is not negative
+definite a step takes only part of the last term (``newton_directions``), and a line search keeps every
+step uphill.
 
 The local step works on a CSR chunk, SLICE_DOCS documents at a time; every per-document quantity
 is computed with row-wise or per-document products, so a document's numbers do not depend on the
@@ -77,7 +81,7 @@ class LocalSettings:
     tol: float = 1e-6
     max_steps: int = 50
     max_halvings: int = 30
-    exact_below: float = 0.3
+    exact_below: float = 0.2
     overrelax: float = 1.5
 
 

@@ -107,13 +107,12 @@ def _reference_local_step(X, view, L, settings):
 @pytest.mark.parametrize("exact_below", [np.inf, cnmf.LocalSettings.exact_below])
 def test_vectorised_local_step_equals_per_document_loop(exact_below):
     """Both solvers take the same steps, exact ones from the start (exact_below infinite) or the bound's first
-    (the default), so they agree to rounding except where a stopping test (step moved < tol) falls the other
-    way on rounding; then one of them has taken one more step, and that step moved less than tol. So u is
-    compared at atol = tol (measured difference here: 3e-15), and the steps each document took must agree (the
-    bound's phase changes the path, not the end: a kernel that skipped it or never left it would end at the same
-    u in other numbers of steps; measured 4-7 exact steps per document, and 5-8 with the bound's phase). The
-    steps near the optimum are taken whole (cnmf.FLAT), so rounding in f_d does not decide their size, and tol
-    can be as small as 1e-10.
+    (the default), so they agree to rounding, u at atol = tol (measured difference here: 3e-15), and so must the
+    steps each document took: the stopping tests cannot fall the other way on rounding, as quadratic steps near
+    the optimum move from about 1e-6 to far below tol = 1e-10, and the steps there are taken whole (cnmf.FLAT),
+    so rounding in f_d does not decide their size. The steps catch what u cannot: the bound's phase changes the
+    path, not the end, so a kernel that skipped it or never left it would end at the same u in other numbers of
+    steps (measured 5-7 exact steps per document, 6-10 with the bound's phase).
 
     The statistics are compared with the loop's formulas evaluated at the returned u (the kernel promises
     statistics of its returned locals), so they agree to rounding."""
