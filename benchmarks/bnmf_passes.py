@@ -23,7 +23,10 @@ appends one JSON line per fit to ``--out``:
     OPENBLAS_NUM_THREADS=1 python benchmarks/bnmf_passes.py --corpora generated-nyt --passes 1 5 --splits 3
     OPENBLAS_NUM_THREADS=1 python benchmarks/bnmf_passes.py --shapes 0.5 --set step_size=adaptive --set t0=5
 
-``--set NAME=VALUE`` passes other ``BayesianNMF`` settings to every fit (recorded in each line).
+``--set NAME=VALUE`` passes other ``BayesianNMF`` settings to every fit (recorded in each line); ``--k`` fits
+another number of topics on every corpus:
+
+    OPENBLAS_NUM_THREADS=1 python benchmarks/bnmf_passes.py --k 50 --passes 20 --shapes 0.5 0.3 0.2
 """
 
 from __future__ import annotations
@@ -116,6 +119,7 @@ def main() -> None:
     parser.add_argument("--passes", nargs="+", type=int, default=PASSES)
     parser.add_argument("--shapes", nargs="+", type=float, default=SHAPES, help="topic prior shapes c0 / V")
     parser.add_argument("--splits", type=int, default=SPLITS)
+    parser.add_argument("--k", type=int, default=None, help="topics fitted on every corpus (default: the corpus's own)")
     parser.add_argument("--out", type=Path, default=None, help="append one JSON line per fit here")
     parser.add_argument("--set", action="append", default=[], type=setting, metavar="NAME=VALUE",
                         help="another BayesianNMF setting for every fit (repeatable)")
@@ -127,6 +131,7 @@ def main() -> None:
           + f"  {passes_list[-1]}-{passes_list[0]}")
     for name in args.corpora:
         make, batch, n_topics = CORPORA[name]
+        n_topics = args.k or n_topics
         for shape in args.shapes:
             prior = {TOPIC_SHAPE: "default ", 0.05: "paper "}.get(shape, "") + f"c0={shape:g}V"
             rows = []
