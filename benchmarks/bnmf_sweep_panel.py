@@ -39,7 +39,7 @@ import numpy as np
 import scipy.sparse as sp
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import machine, panel_commands
+from common import machine, run_rule_panel
 from real_corpora_peers import LOADERS
 
 from buffet.data.synthetic import bnmf_corpus, lda_documents, lda_topics
@@ -299,19 +299,14 @@ def choice(rows: list[dict]) -> str:
             f"{worst[rule]:+.2f}%, {np.mean(sweeps[rule]):.2f}x today's sweeps)")
 
 
+def report(rows: list[dict]) -> str:
+    """The table of every half with records, and the choice."""
+    halves = [h for h in HALVES if any(r["member"] in {m.name for m in PANEL if m.half == h} for r in rows)]
+    return "\n\n".join(table(rows, h) for h in halves) + "\n\n" + choice(rows)
+
+
 def main() -> None:
-    parser, run, _ = panel_commands(__doc__.split("\n\n")[0], [m.name for m in PANEL], [0, 1])
-    run.add_argument("--rules", nargs="+", default=list(RULES), choices=list(RULES))
-    args = parser.parse_args()
-    if args.command == "table":
-        rows = [json.loads(line) for line in args.results.read_text().splitlines()]
-        print("\n\n".join(table(rows, h) for h in HALVES if any(
-            r["member"] in {m.name for m in PANEL if m.half == h} for r in rows)))
-        print("\n" + choice(rows))
-        return
-    panel = {m.name: m for m in PANEL}
-    for name in args.members:
-        run_member(panel[name], args.seeds, args.rules, args.out)
+    run_rule_panel(__doc__.split("\n\n")[0], {m.name: m for m in PANEL}, [0, 1], list(RULES), report, run_member)
 
 
 if __name__ == "__main__":

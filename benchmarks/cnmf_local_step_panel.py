@@ -38,7 +38,7 @@ import scipy.sparse as sp
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bnmf_sweep_panel import Member, RealMember
-from common import machine, panel_commands
+from common import machine, run_rule_panel
 
 from buffet.kernels import bnmf, cnmf
 from buffet.pipeline.engine.process_executor import ProcessEngine
@@ -215,18 +215,13 @@ def choice(rows: list[dict]) -> str:
             f"pass, {last[rule]:.2f} after {PASSES})")
 
 
+def report(rows: list[dict]) -> str:
+    """The tables of both halves and the choice."""
+    return "\n\n".join(table(rows, h) for h in HALVES) + "\n\n" + choice(rows)
+
+
 def main() -> None:
-    parser, run, _ = panel_commands(__doc__.split("\n\n")[0], [m.name for m in PANEL], [0])
-    run.add_argument("--rules", nargs="+", default=list(RULES), choices=list(RULES))
-    args = parser.parse_args()
-    if args.command == "table":
-        rows = [json.loads(line) for line in args.results.read_text().splitlines()]
-        print("\n\n".join(table(rows, h) for h in HALVES))
-        print("\n" + choice(rows))
-        return
-    panel = {m.name: m for m in PANEL}
-    for name in args.members:
-        run_member(panel[name], args.seeds, args.rules, args.out)
+    run_rule_panel(__doc__.split("\n\n")[0], {m.name: m for m in PANEL}, [0], list(RULES), report, run_member)
 
 
 if __name__ == "__main__":

@@ -17,7 +17,7 @@ import subprocess
 import threading
 import time
 from pathlib import Path
-from typing import Self
+from typing import Callable, Self
 
 import numpy as np
 import psutil
@@ -261,6 +261,21 @@ def panel_commands(description: str, members: list[str],
     show = sub.add_parser("table")
     show.add_argument("results", type=Path)
     return parser, scores, show
+
+
+def run_rule_panel(description: str, members: dict, seeds: list[int], rules: list[str],
+                   report: Callable[[list[dict]], str], run_member: Callable[..., None]) -> None:
+    """The ``main`` of a panel script that fits rules on members (``panel_commands`` with ``--rules``): ``scores``
+    calls ``run_member(member, seeds, rules, out)`` for every member named, ``table`` prints ``report`` of the
+    records of a results file."""
+    parser, run, _ = panel_commands(description, list(members), seeds)
+    run.add_argument("--rules", nargs="+", default=rules, choices=rules)
+    args = parser.parse_args()
+    if args.command == "table":
+        print(report([json.loads(line) for line in args.results.read_text().splitlines()]))
+        return
+    for name in args.members:
+        run_member(members[name], args.seeds, args.rules, args.out)
 
 
 def topic_npmi(top_words: np.ndarray, docs: sp.csr_matrix) -> np.ndarray:
