@@ -270,8 +270,7 @@ def bound_precision(state: _DocState, view: bnmf.TopicView, L: np.ndarray) -> np
 def exact_precision(docs: Docs, state: _DocState, view: bnmf.TopicView, L: np.ndarray,
                     which: np.ndarray | None = None) -> np.ndarray:
     """Minus the exact Hessian of f_d for the documents ``which`` (positions; all by default): ``bound_precision``
-    less the missing information
-    sum_v X_dv Cov_{p^(vd)}(l) = sum_k n_kd l_k l_k^T - sum_v X_dv y_v y_v^T (y_v = sum_k p_k^(vd) l_k), which
+    less the missing information sum_v X_dv Cov_{p^(vd)}(l) = sum_k n_kd l_k l_k^T - sum_v X_dv y_v y_v^T (y_v = sum_k p_k^(vd) l_k), which
     says how much less curved f_d is than the bound at fixed p^(vd); assembled with one sum over the topics,
 
         I + sum_k (B_k w_kd - n_kd) l_k l_k^T - a_d a_d^T / N_d + sum_v X_dv y_v y_v^T.
@@ -375,12 +374,11 @@ def newton_step(docs: Docs, view: bnmf.TopicView, L: np.ndarray, U: np.ndarray, 
     optima) and, where ``exact``, the exact Hessian (``exact_precision``) where it is negative definite, so
     the steps converge quadratically near a maximum, or else a curvature between it and the bound's at fixed
     p^(vd) (``newton_directions``); elsewhere the bound's curvature, over-relaxed (``step_directions``). The
-    step is halved until f_d
-    rises by ARMIJO x step x g.direction, and a document with no such step stays where it is. A step whose
-    predicted rise g.direction is below FLAT |f_d| is taken whole: there f_d's change is near its
-    rounding, which would decide the halvings (and then the same document would end elsewhere by up
-    to ~1e-7 when the globals change in their last digit, as they do with the chunking), while
-    the quadratic model the step solves is exact to far below that.
+    step is halved until f_d rises by ARMIJO x step x g.direction, and a document with no such step stays where
+    it is. A step whose predicted rise g.direction is below FLAT |f_d| is taken whole: there f_d's change is near
+    its rounding, which would decide the halvings (and then the same document would end elsewhere by up to ~1e-7
+    when the globals change in their last digit, as they do with the chunking), while the quadratic model the
+    step solves is exact to far below that.
     Returns the new locations and the state there (the accepted trials', not computed again).
     """
     grad = doc_gradient(state, view, L, U)
