@@ -270,8 +270,9 @@ def bound_precision(state: _DocState, view: bnmf.TopicView, L: np.ndarray) -> np
 def exact_precision(docs: Docs, state: _DocState, view: bnmf.TopicView, L: np.ndarray,
                     which: np.ndarray | None = None) -> np.ndarray:
     """Minus the exact Hessian of f_d for the documents ``which`` (positions; all by default): ``bound_precision``
-    less the missing information sum_v X_dv Cov_{p^(vd)}(l) = sum_k n_kd l_k l_k^T - sum_v X_dv y_v y_v^T (y_v = sum_k p_k^(vd) l_k), which
-    says how much less curved f_d is than the bound at fixed p^(vd); assembled with one sum over the topics,
+    less the missing information sum_v X_dv Cov_{p^(vd)}(l) = sum_k n_kd l_k l_k^T - sum_v X_dv y_v y_v^T
+    (y_v = sum_k p_k^(vd) l_k), which says how much less curved f_d is than the bound at fixed p^(vd); assembled
+    with one sum over the topics,
 
         I + sum_k (B_k w_kd - n_kd) l_k l_k^T - a_d a_d^T / N_d + sum_v X_dv y_v y_v^T.
 
