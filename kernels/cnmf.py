@@ -281,7 +281,8 @@ def exact_precision(docs: Docs, state: _DocState, view: bnmf.TopicView, L: np.nd
     """
     which = np.arange(len(docs.length)) if which is None else which
     w = state.w[which]
-    return _profiled_curvature(view.beta_sum * w - state.n[which], w, view, L) + word_informations(docs, state, L, which)
+    return (_profiled_curvature(view.beta_sum * w - state.n[which], w, view, L)
+            + word_informations(docs, state, L, which))
 
 
 def _information_through_locations(words: np.ndarray, scaled: np.ndarray, weight: np.ndarray,

@@ -245,7 +245,8 @@ def test_step_directions_equal_the_per_document_reference():
         ref_grad, ref = _reference_direction(idx, x, view, L, U[d], exact[d], 1.7)
         np.testing.assert_allclose(grad[d], ref_grad, rtol=1e-9, atol=1e-9)
         np.testing.assert_allclose(got[d], ref, rtol=1e-8, atol=1e-10)
-        indefinite += exact[d] and not cnmf.positive_definite(cnmf.exact_precision(docs, state, view, L, np.array([d])))[0]
+        precision = cnmf.exact_precision(docs, state, view, L, np.array([d]))
+        indefinite += exact[d] and not cnmf.positive_definite(precision)[0]
     assert indefinite >= 3 and (~exact).sum() >= 10
 
 
