@@ -52,10 +52,10 @@ class CNMFConfig(TopicModelConfig):
     sigma2: float | None = option(None, "Prior variance of the topic locations, l_k ~ N(0, sigma2 I) (> 0; unset: "
                                         "1/m). Smaller shrinks l_k towards 0, so topic use depends less on a "
                                         "document's location.")
-    local_tol: float = option(1e-2, "Stop a document's Newton iteration when u_d moves by less than this (largest "
-                                    "coordinate change, > 0). The steps converge quadratically, so u_d is then "
-                                    "within a few times the square of this of its optimum; smaller fits more "
-                                    "exactly, slower.")
+    local_tol: float = option(1e-2, "Stop a document's Newton iteration when an exact-Hessian step moves u_d by less "
+                                    "than this (largest coordinate change, > 0). Those steps converge "
+                                    "quadratically, so u_d is then within a few times the square of this of its "
+                                    "optimum; smaller fits more exactly, slower.")
     max_steps: int = option(50, "Most Newton steps per document and local step (>= 1), if --local-tol is not met "
                                 "first. Raise it if documents often stop at the cap.")
 
