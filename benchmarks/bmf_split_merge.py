@@ -46,7 +46,7 @@ def feature_trace(data: BarsData, config: BMFConfig, at_truth: bool) -> tuple[np
     return np.array(k), np.array(l), accepted / config.sweeps
 
 
-TRUE_THETA = TRUE_PHI = 0.5  # the noise and weight precisions bars_data draws with (its defaults)
+TRUE_THETA = TRUE_PHI = 0.5  # the noise and weight precisions the bars are drawn with (passed to bars_data)
 
 
 def interval(values: np.ndarray) -> tuple[float, float]:
@@ -73,7 +73,7 @@ def main() -> None:
     print("| --- | --- | --- | --- | --- | --- | --- | --- |")
     inside = {"without": [0, 0], "with": [0, 0]}
     for seed in range(args.first_seed, args.first_seed + args.seeds):
-        data = bars_data(args.images, np.random.default_rng(seed), alpha=2.0)
+        data = bars_data(args.images, np.random.default_rng(seed), alpha=2.0, theta=TRUE_THETA, phi=TRUE_PHI)
         truth = (data.U.shape[1], data.V.shape[1])
         cells, rate = {}, 0.0
         for label, moves in (("without", 0), ("with", args.moves)):

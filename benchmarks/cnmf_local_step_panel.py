@@ -160,7 +160,7 @@ def compared(rows: list[dict], member: str) -> dict[str, tuple[dict[str, float],
     """Per rule run on ``member``: its ``summary`` and the exact steps', both over the seeds both ran."""
     def runs(rule: str, seeds: set[int]) -> list[dict]:
         return [r for r in rows if r["member"] == member and r["rule"] == rule and r["seed"] in seeds]
-    exact_seeds = {r["seed"] for r in runs(EXACT, {r["seed"] for r in rows})}
+    exact_seeds = {r["seed"] for r in rows if r["member"] == member and r["rule"] == EXACT}
     out = {}
     for rule in RULES:
         seeds = {r["seed"] for r in runs(rule, exact_seeds)}
