@@ -106,12 +106,15 @@ class LocalResult:
 @dataclass(frozen=True)
 class Docs:
     """Documents in CSR form with what every local iteration reads: the rows exp(E ln beta_v) of their
-    words, gathered once, the document of each nonzero, and the terms of f_d that do not depend on u_d."""
+    words, gathered once into a table that the documents' subsets share (document d's rows are
+    table[first[d]:first[d] + its nonzeros]), the document of each nonzero, and the terms of f_d that do not
+    depend on u_d."""
 
     indptr: np.ndarray
     counts: np.ndarray
     rows: np.ndarray      # (nnz,) document of each nonzero
-    words: np.ndarray     # (nnz, K) exp(E ln beta_vk) of each nonzero's word v
+    table: np.ndarray     # (nonzeros of the whole run, K) exp(E ln beta_vk) of each nonzero's word v
+    first: np.ndarray     # (n,) where each document's rows begin in ``table``
     length: np.ndarray    # (n,) N_d = sum_v X_dv
     constant: np.ndarray  # (n,) N_d ln N_d - N_d - sum_v ln X_dv! - (m/2) ln 2 pi
 
@@ -123,7 +126,7 @@ class Docs:
         length = np.bincount(rows, weights=counts, minlength=len(indptr) - 1)
         constant = (xlogy(length, length) - length - _rowsum(rows, gammaln(counts + 1.0), len(length))
                     - 0.5 * n_dims * np.log(2 * np.pi))
-        return cls(indptr, counts, rows, view.exp_elog_beta[indices], length, constant)
+        return cls(indptr, counts, rows, view.exp_elog_beta[indices], indptr[:-1], length, constant)
 
     def positions(self, docs: np.ndarray) -> np.ndarray:
         """Where the nonzeros of the documents ``docs`` (increasing positions) are in the per-nonzero arrays."""
@@ -131,12 +134,20 @@ class Docs:
         return np.repeat(self.indptr[docs] - (np.cumsum(sizes) - sizes), sizes) + np.arange(sizes.sum())
 
     def subset(self, docs: np.ndarray) -> "Docs":
-        """The documents ``docs`` (increasing positions), their rows copied rather than gathered again."""
+        """The documents ``docs`` (increasing positions), sharing this run's table of rows."""
         if len(docs) == len(self.length):
             return self
         sizes, at = np.diff(self.indptr)[docs], self.positions(docs)
         return Docs(np.concatenate([[0], np.cumsum(sizes)]), self.counts[at], np.repeat(np.arange(len(docs)), sizes),
-                    self.words[at], self.length[docs], self.constant[docs])
+                    self.table, self.first[docs], self.length[docs], self.constant[docs])
+
+    def in_table(self) -> np.ndarray:
+        """Where each nonzero's row is in ``table``."""
+        return self.first[self.rows] + np.arange(len(self.rows)) - self.indptr[self.rows]
+
+    def words(self, d: int) -> np.ndarray:
+        """The rows exp(E ln beta_v) of document d's words."""
+        return self.table[self.first[d]:self.first[d] + self.indptr[d + 1] - self.indptr[d]]
 
 
 def _slices(indptr: np.ndarray, indices: np.ndarray, counts: np.ndarray, view: bnmf.TopicView,
@@ -180,24 +191,32 @@ def _per_doc(a: np.ndarray, M: np.ndarray) -> np.ndarray:
     return np.matmul(a[:, None, :], M)[:, 0, :]
 
 
-def word_sums(docs: Docs, scaled: np.ndarray) -> np.ndarray:
-    """phi_v = sum_k exp(E ln beta_vk) w'_kd of every nonzero: for a document with at least LOOP_ENTRIES gathered
-    entries, one matrix-vector product of its own (gathering w'_d for each of its words costs more than the
-    product); for the smaller ones, one row-wise product over all of them. Which way a document goes depends on
-    its own size only, and either way its phi is computed from its own rows, so it does not depend on the
-    documents beside it."""
+def word_sums(docs: Docs, scaled: np.ndarray, with_p: bool = True) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """phi_v = sum_k exp(E ln beta_vk) w'_kd of every nonzero and, with ``with_p``, the ratios X_dv / phi_v and
+    sum_v (X_dv / phi_v) exp(E ln beta_vk) per document (n_kd is w'_kd times it). A document with at least
+    LOOP_ENTRIES gathered entries gets matrix-vector products of its own (gathering w'_d for each of its words
+    costs more than the product); the smaller ones share one row-wise product and one sparse product. Which way a
+    document goes depends on its own size only, and either way its sums are computed from its own rows, so they
+    do not depend on the documents beside it."""
     sizes = np.diff(docs.indptr)
-    looped = sizes * docs.words.shape[1] >= LOOP_ENTRIES
-    if not looped.any():
-        return np.einsum("nk,nk->n", docs.words, scaled[docs.rows])
-    phi = np.empty(len(docs.counts))
+    looped = sizes * docs.table.shape[1] >= LOOP_ENTRIES
+    phi, ratio = np.empty(len(docs.counts)), np.empty(len(docs.counts) if with_p else 0)
+    sums = np.zeros(scaled.shape if with_p else 0)
     if not looped.all():
         at = np.flatnonzero(~looped[docs.rows])
-        phi[at] = np.einsum("nk,nk->n", docs.words[at], scaled[docs.rows[at]])
+        rows = docs.in_table()[at]
+        phi[at] = np.einsum("nk,nk->n", docs.table[rows], scaled[docs.rows[at]])
+        if with_p:
+            ratio[at] = docs.counts[at] / phi[at]
+            indptr = np.concatenate([[0], np.cumsum(np.where(looped, 0, sizes))])
+            sums += sp.csr_matrix((ratio[at], rows, indptr), shape=(len(sizes), len(docs.table))) @ docs.table
     for d in np.flatnonzero(looped):
-        lo, hi = docs.indptr[d], docs.indptr[d + 1]
-        phi[lo:hi] = docs.words[lo:hi] @ scaled[d]
-    return phi
+        lo, hi, words = docs.indptr[d], docs.indptr[d + 1], docs.words(d)
+        phi[lo:hi] = words @ scaled[d]
+        if with_p:
+            ratio[lo:hi] = docs.counts[lo:hi] / phi[lo:hi]
+            sums[d] = ratio[lo:hi] @ words
+    return phi, ratio, sums
 
 
 def _doc_state(docs: Docs, view: bnmf.TopicView, L: np.ndarray, U: np.ndarray, with_p: bool = True) -> _DocState:
@@ -205,18 +224,15 @@ def _doc_state(docs: Docs, view: bnmf.TopicView, L: np.ndarray, U: np.ndarray, w
     as in Bayesian NMF with E ln theta replaced by ln w."""
     z = _per_doc(U, L.T)
     scaled = np.exp(z - z.max(axis=1, keepdims=True, initial=-np.inf))
-    phi = word_sums(docs, scaled)
+    phi, ratio, sums = word_sums(docs, scaled, with_p)
     n_docs = len(docs.length)
     mass = np.einsum("nk,k->n", scaled, view.beta_sum)  # per row: a matrix-vector product rounds by position
     f = (_rowsum(docs.rows, xlogy(docs.counts, phi), n_docs) - docs.length * np.log(mass) + docs.constant
          - 0.5 * np.einsum("nm,nm->n", U, U))
     if not with_p:
-        return _DocState(f, scaled, phi, np.empty(0), np.empty(0), np.empty(0))
-    ratio = docs.counts / phi
-    R = sp.csr_matrix((ratio, np.arange(len(ratio)), docs.indptr), shape=(n_docs, len(ratio)))
-    n = scaled * np.asarray(R @ docs.words)
+        return _DocState(f, scaled, phi, ratio, np.empty(0), np.empty(0))
     w = (docs.length / mass)[:, None] * scaled
-    return _DocState(f, scaled, phi, ratio, w, n)
+    return _DocState(f, scaled, phi, ratio, w, scaled * sums)
 
 
 def alpha_of(indptr: np.ndarray, counts: np.ndarray, view: bnmf.TopicView, L: np.ndarray,
@@ -287,9 +303,11 @@ def exact_precision(docs: Docs, state: _DocState, view: bnmf.TopicView, L: np.nd
 
 def _information_through_locations(words: np.ndarray, scaled: np.ndarray, weight: np.ndarray,
                                    L: np.ndarray) -> np.ndarray:
-    """``word_information`` through the m-vectors y_v * phi_v = (exp(E ln beta_v) w'_d) L."""
-    Y = words @ (scaled[:, None] * L)
-    return (Y.T * weight) @ Y
+    """``word_information`` through the m-vectors y_v * phi_v = (exp(E ln beta_v) w'_d) L, each scaled by
+    sqrt(weight_v) so that the sum of outer products is one symmetric rank-k product Z^T Z (half the flops of a
+    general product)."""
+    Z = (words @ (scaled[:, None] * L)) * np.sqrt(weight)[:, None]
+    return Z.T @ Z
 
 
 def _information_through_topics(words: np.ndarray, scaled: np.ndarray, weight: np.ndarray,
@@ -318,7 +336,7 @@ def word_informations(docs: Docs, state: _DocState, L: np.ndarray, which: np.nda
     weight = state.ratio / state.phi  # X_dv / phi^2, as p^(vd) = exp(E ln beta_v) w'_d / phi
     for i, d in enumerate(which):
         lo, hi = docs.indptr[d], docs.indptr[d + 1]
-        out[i] = word_information(docs.words[lo:hi], state.scaled[d], weight[lo:hi], L)
+        out[i] = word_information(docs.words(d), state.scaled[d], weight[lo:hi], L)
     return out
 
 

@@ -375,6 +375,8 @@ def _loop_half_the_documents(monkeypatch, X, n_topics):
 
 
 def test_word_sums_are_the_same_per_document_or_shared(monkeypatch):
+    """phi_v, the ratios X_dv / phi_v and their sums over the words' rows, against plain sums, for documents
+    summed by their own products, by the shared ones, and a mix."""
     X, hyper, g, h, L, prior, rng = _setup(seed=10)
     view = bnmf.TopicView.from_params(g, h)
     docs, scaled = _docs(X, view, L), rng.random((X.shape[0], L.shape[0]))
@@ -385,7 +387,11 @@ def test_word_sums_are_the_same_per_document_or_shared(monkeypatch):
             _loop_half_the_documents(monkeypatch, X, L.shape[0])
         else:
             monkeypatch.setattr(cnmf, "LOOP_ENTRIES", entries)
-        np.testing.assert_allclose(cnmf.word_sums(docs, scaled), expected, rtol=1e-14)
+        phi, ratio, sums = cnmf.word_sums(docs, scaled)
+        np.testing.assert_allclose(phi, expected, rtol=1e-14)
+        np.testing.assert_allclose(ratio, X.data / expected, rtol=1e-14)
+        ratios = sp.csr_matrix((X.data / expected, X.indices, X.indptr), shape=X.shape)
+        np.testing.assert_allclose(sums, ratios @ view.exp_elog_beta, rtol=1e-13)
 
 
 def test_locations_do_not_depend_on_how_the_documents_are_grouped(monkeypatch):
