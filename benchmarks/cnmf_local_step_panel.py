@@ -3,8 +3,12 @@ exact Hessian, and how far the bound's steps are stretched, judged by the CPU ti
 
 A document's local step (``kernels.cnmf.LocalSettings``) takes Newton steps with the bound's curvature at fixed
 p^(vd), stretched by ``overrelax``, until one moves u_d by less than ``exact_below``, and exact-Hessian steps
-after that. A rule is a pair (exact_below, overrelax); "exact steps (before)" is exact_below = inf, the steps
-before the bound's phase existed, bit for bit.
+after that, the exact Hessian's words' term built in double precision or, with ``single_words``, its largest
+product in single (``kernels.cnmf.word_informations``). A rule is a triple (exact_below, overrelax,
+single_words); "exact steps (before)" is exact_below = inf in double precision, the steps before the bound's
+phase existed, bit for bit. Each round has its own records file, so that a rule's CPU seconds are compared with
+the exact steps' of the same round: the bound's phase in ``results/cnmf_local_step_panel.jsonl``, the words'
+term in single precision in ``results/cnmf_single_words_panel.jsonl``.
 
 The panel: generated corpora of different shapes (document length, vocabulary, true topics and fitted K, the
 dimension m of the locations, minibatch), from ``bnmf_sweep_panel.Member`` (LDA documents or Bayesian NMF's
@@ -89,12 +93,13 @@ PANEL = [
 
 EXACT = "exact steps (before)"
 RULES = {
-    EXACT: (np.inf, 1.0),
-    "below 0.3, x1.5": (0.3, 1.5),
-    "below 0.3, x1.75": (0.3, 1.75),
-    "below 0.2, x1.5": (0.2, 1.5),
-    "below 0.5, x1.5": (0.5, 1.5),
-    "below 1, x1.5": (1.0, 1.5),
+    EXACT: (np.inf, 1.0, False),
+    "below 0.3, x1.5": (0.3, 1.5, False),
+    "below 0.3, x1.75": (0.3, 1.75, False),
+    "below 0.2, x1.5": (0.2, 1.5, False),
+    "below 0.5, x1.5": (0.5, 1.5, False),
+    "below 1, x1.5": (1.0, 1.5, False),
+    "below 0.2, x1.5, single words": (0.2, 1.5, True),
 }
 
 
@@ -104,17 +109,20 @@ class RuleConfig(CNMFConfig):
 
     exact_below: float = cnmf.LocalSettings.exact_below
     overrelax: float = cnmf.LocalSettings.overrelax
+    single_words: bool = False
 
     def local_settings(self) -> cnmf.LocalSettings:
-        return replace(super().local_settings(), exact_below=self.exact_below, overrelax=self.overrelax)
+        return replace(super().local_settings(), exact_below=self.exact_below, overrelax=self.overrelax,
+                       single_words=self.single_words)
 
 
 def fit_and_score(m: CnmfMember, train: sp.csr_matrix, test: sp.csr_matrix, rule: str, seed: int) -> dict:
     """PASSES SVI passes under ``rule`` in this process: CPU seconds after each pass, Newton steps per document,
     held-out per-word LL after the last."""
-    exact_below, overrelax = RULES[rule]
+    exact_below, overrelax, single_words = RULES[rule]
     config = RuleConfig(n_topics=m.corpus.k, batch_size=m.corpus.batch, passes=PASSES, seed=seed, eval_every=0,
-                        chunk_rows=m.corpus.batch, n_dims=m.dims, exact_below=exact_below, overrelax=overrelax)
+                        chunk_rows=m.corpus.batch, n_dims=m.dims, exact_below=exact_below, overrelax=overrelax,
+                        single_words=single_words)
     driver = make_driver(config, source_for(train, None, COUNTS), ProcessEngine())
     driver.eval_rows = None
     driver.start()
@@ -140,10 +148,10 @@ def run_member(m: CnmfMember, seeds: list[int], rules: list[str], out: Path) -> 
             result = fit_and_score(m, train, test, rule, seed)
             record = {"time": time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime()), "bench": "cnmf_local_step_panel",
                       "member": m.name, "seed": seed, "rule": rule, "exact_below": RULES[rule][0],
-                      "overrelax": RULES[rule][1], **result, **shape, "machine": host}
+                      "overrelax": RULES[rule][1], "single_words": RULES[rule][2], **result, **shape, "machine": host}
             with out.open("a") as f:
                 f.write(json.dumps(record) + "\n")
-            print(m.name, seed, f"{rule:22s} cpu {result['cpu_after_pass']} steps {result['mean_newton_steps']:.2f} "
+            print(m.name, seed, f"{rule:30s} cpu {result['cpu_after_pass']} steps {result['mean_newton_steps']:.2f} "
                   f"LL {result['heldout_ll']:.4f}", flush=True)
 
 

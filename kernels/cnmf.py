@@ -37,7 +37,7 @@ other documents of its chunk, bit for bit.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Callable, Iterator, Mapping
 
 import numpy as np
@@ -52,6 +52,7 @@ EXACTNESS = (1.0, 0.9, 0.8, 0.6, 0.3, 0.0)  # fractions of the missing informati
 FLAT = 1e-10  # a local Newton step whose predicted rise g.direction is below FLAT |f_d| is taken whole
 LOOP_ENTRIES = 4096  # a document with at least this many gathered entries (words x K) has phi summed by its own
 #                     matrix-vector product (``word_sums``); smaller ones share one vectorised product
+SINGLE_WORDS_TOL = 1e-4  # the least local tolerance at which the words' term may be built in single precision
 SLICE_DOCS = 128  # documents fitted together; bounds their gathered (nonzeros x K) rows, ~30 MB at K = 100
 TOPIC_STEP_HALVINGS = 30  # candidate step sizes 1, 1/2, ..., 2^-30 of the batch l_k line search
 Stats = Mapping[str, np.ndarray]  # summed LocalResult.statistics()
@@ -83,6 +84,7 @@ class LocalSettings:
     max_halvings: int = 30
     exact_below: float = 0.2
     overrelax: float = 1.5
+    single_words: bool = False  # the words' term's largest product in single precision (``word_informations``)
 
 
 @dataclass
@@ -117,6 +119,7 @@ class Docs:
     first: np.ndarray     # (n,) where each document's rows begin in ``table``
     length: np.ndarray    # (n,) N_d = sum_v X_dv
     constant: np.ndarray  # (n,) N_d ln N_d - N_d - sum_v ln X_dv! - (m/2) ln 2 pi
+    single: np.ndarray | None = None  # ``table`` in single precision, where the words' term may use it
 
     @classmethod
     def of(cls, indptr: np.ndarray, indices: np.ndarray, counts: np.ndarray, view: bnmf.TopicView,
@@ -139,15 +142,16 @@ class Docs:
             return self
         sizes, at = np.diff(self.indptr)[docs], self.positions(docs)
         return Docs(np.concatenate([[0], np.cumsum(sizes)]), self.counts[at], np.repeat(np.arange(len(docs)), sizes),
-                    self.table, self.first[docs], self.length[docs], self.constant[docs])
+                    self.table, self.first[docs], self.length[docs], self.constant[docs], self.single)
 
     def in_table(self) -> np.ndarray:
         """Where each nonzero's row is in ``table``."""
         return self.first[self.rows] + np.arange(len(self.rows)) - self.indptr[self.rows]
 
-    def words(self, d: int) -> np.ndarray:
-        """The rows exp(E ln beta_v) of document d's words."""
-        return self.table[self.first[d]:self.first[d] + self.indptr[d + 1] - self.indptr[d]]
+    def words(self, d: int, table: np.ndarray | None = None) -> np.ndarray:
+        """The rows exp(E ln beta_v) of document d's words, from ``table`` (by default this run's)."""
+        table = self.table if table is None else table
+        return table[self.first[d]:self.first[d] + self.indptr[d + 1] - self.indptr[d]]
 
 
 def _slices(indptr: np.ndarray, indices: np.ndarray, counts: np.ndarray, view: bnmf.TopicView,
@@ -317,13 +321,17 @@ def _information_through_topics(words: np.ndarray, scaled: np.ndarray, weight: n
     return L.T @ ((Q.T * weight) @ Q) @ L
 
 
+def _through_topics_cheaper(nnz: int, K: int, m: int) -> bool:
+    """Whether ``word_information`` costs fewer flops through the topics (nnz K^2 + K^2 m + K m^2) than through
+    the locations (nnz K m + nnz m^2): when K is small beside m."""
+    return nnz * K * K + K * K * m + K * m * m < nnz * K * m + nnz * m * m
+
+
 def word_information(words: np.ndarray, scaled: np.ndarray, weight: np.ndarray, L: np.ndarray) -> np.ndarray:
     """sum_v X_dv y_v y_v^T of one document, y_v = sum_k p_k^(vd) l_k, from its gathered word rows
     exp(E ln beta_v), w'_d and weight_v = X_dv / phi_v^2 (p^(vd) = exp(E ln beta_v) w'_d / phi_v): through
-    the y_v (nnz K m + nnz m^2 flops) or, when it costs fewer flops (K small beside m), through the K x K
-    matrix sum_v X_dv p^(vd) p^(vd)^T (nnz K^2 + K^2 m + K m^2)."""
-    (nnz, K), m = words.shape, L.shape[1]
-    if nnz * K * K + K * K * m + K * m * m < nnz * K * m + nnz * m * m:
+    the y_v or, when it costs fewer flops, through the K x K matrix sum_v X_dv p^(vd) p^(vd)^T."""
+    if _through_topics_cheaper(*words.shape, L.shape[1]):
         return _information_through_topics(words, scaled, weight, L)
     return _information_through_locations(words, scaled, weight, L)
 
@@ -331,13 +339,30 @@ def word_information(words: np.ndarray, scaled: np.ndarray, weight: np.ndarray, 
 def word_informations(docs: Docs, state: _DocState, L: np.ndarray, which: np.ndarray) -> np.ndarray:
     """``word_information`` of the documents ``which`` (positions), one document at a time, so a document's
     numbers do not depend on the other documents it is fitted with (one product over many documents rounds a
-    row differently depending on its position)."""
+    row differently depending on its position).
+
+    With ``docs.single`` (``LocalSettings.single_words``), the product that goes through the locations forms the
+    y_v phi_v in single precision (half the memory traffic and twice the vector width of its nnz K m flops) and
+    sums their outer products in double. The term's relative rounding is then about 1e-7, subtracted from a
+    curvature of its own size, so a step's direction is off by about 1e-7 N_d |l|^2 / (smallest curvature) of its
+    length: far below the quadratic error tol^2 that a local tolerance of SINGLE_WORDS_TOL or more leaves."""
     out = np.empty((len(which), L.shape[1], L.shape[1]))
     weight = state.ratio / state.phi  # X_dv / phi^2, as p^(vd) = exp(E ln beta_v) w'_d / phi
+    single = None if docs.single is None else L.astype(np.float32)
     for i, d in enumerate(which):
         lo, hi = docs.indptr[d], docs.indptr[d + 1]
-        out[i] = word_information(docs.words(d), state.scaled[d], weight[lo:hi], L)
+        if single is not None and not _through_topics_cheaper(hi - lo, L.shape[0], L.shape[1]):
+            out[i] = _information_through_locations(docs.words(d, docs.single), state.scaled[d].astype(np.float32),
+                                                    weight[lo:hi], single)
+        else:
+            out[i] = word_information(docs.words(d), state.scaled[d], weight[lo:hi], L)
     return out
+
+
+def single_words_suffice(tol: float) -> bool:
+    """Whether a local step to tolerance ``tol`` may build the words' term in single precision
+    (``word_informations``)."""
+    return tol >= SINGLE_WORDS_TOL
 
 
 def positive_definite(matrices: np.ndarray) -> np.ndarray:
@@ -457,7 +482,8 @@ def local_step(indptr: np.ndarray, indices: np.ndarray, counts: np.ndarray, view
     S, w_sum = np.zeros((view.exp_elog_beta.shape[0], K) if with_stats else 0), np.zeros(K)
     nu, wu, wuu = np.zeros((K, m)), np.zeros((K, m)), np.zeros((K, m, m))
     for part, docs in _slices(indptr, indices, counts, view, m):
-        _fit(docs, view, L, settings, U[part], steps[part])
+        _fit(replace(docs, single=docs.table.astype(np.float32)) if settings.single_words else docs, view, L,
+             settings, U[part], steps[part])
         if with_stats:
             state, u = _doc_state(docs, view, L, U[part]), U[part]
             lo, hi = indptr[part.start], indptr[part.stop]

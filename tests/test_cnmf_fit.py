@@ -140,3 +140,10 @@ def test_data_that_are_not_counts_get_a_one_line_error(tmp_path):
         assert proc.stderr.startswith("buffet: error:") and len(proc.stderr.strip().splitlines()) == 1
         assert "correlated NMF needs a counts dataset" in proc.stderr and kind in proc.stderr
         assert not (tmp_path / f"run-{kind}").exists()
+
+
+def test_training_builds_the_words_term_in_single_precision_only_at_loose_tolerances():
+    """The default training tolerance (0.01) allows the single-precision words' term; a tolerance near the
+    rounding of single precision does not."""
+    assert CNMFConfig().local_settings().single_words
+    assert not CNMFConfig(local_tol=1e-6).local_settings().single_words

@@ -1,5 +1,7 @@
 """Correlated NMF kernels against plain references."""
 
+from dataclasses import replace
+
 import numpy as np
 import pytest
 import scipy.sparse as sp
@@ -422,3 +424,35 @@ def test_word_information_is_the_same_through_locations_or_topics():
                                    rtol=1e-12, atol=1e-12 * np.abs(through_locations).max())
         np.testing.assert_array_equal(cnmf.word_information(words, scaled, weight, L),
                                       cheaper(words, scaled, weight, L))
+
+
+def test_the_words_term_in_single_precision_is_the_double_one_to_its_rounding():
+    """With ``docs.single`` the words' term's product through the locations is formed in single precision: it
+    differs from the double one (so the single path runs) by its rounding, about 1e-7 of the term; through the
+    topics (K small beside m) it stays in double; and a local step to tolerance 0.01 with it ends where the double
+    one does, to within the tolerance's square."""
+    rng = np.random.default_rng(11)
+    X, beta = cnmf_corpus(60, 200, rng.normal(size=(30, 8)), rng, length=150)
+    view = bnmf.TopicView.from_params(0.05 + 500 * beta, np.full_like(beta, 500.0))
+    L = cnmf.initial_topics(30, cnmf.Prior.with_dims(8), rng) * 2
+    docs = _docs(X, view, L)
+    single = replace(docs, single=docs.table.astype(np.float32))
+    U = rng.normal(size=(X.shape[0], 8))
+    state = cnmf._doc_state(docs, view, L, U)
+    which = np.arange(X.shape[0])
+    double, rounded = cnmf.word_informations(docs, state, L, which), cnmf.word_informations(single, state, L, which)
+    scale = np.abs(double).max(axis=(1, 2))
+    gap = np.abs(rounded - double).max(axis=(1, 2)) / scale
+    assert (gap > 1e-12).all() and gap.max() < 1e-5, (gap.min(), gap.max())
+    wide = cnmf_corpus(20, 200, rng.normal(size=(4, 20)), rng, length=150)[0]
+    L4 = cnmf.initial_topics(4, cnmf.Prior.with_dims(20), rng)
+    view4 = bnmf.TopicView.from_params(*bnmf.initial_globals(200, 4, wide.sum(), 20, bnmf.Hyper.paper_defaults(200, 4), rng))
+    wide_docs = _docs(wide, view4, L4)
+    wide_state = cnmf._doc_state(wide_docs, view4, L4, rng.normal(size=(20, 20)))
+    np.testing.assert_array_equal(
+        cnmf.word_informations(replace(wide_docs, single=wide_docs.table.astype(np.float32)), wide_state, L4,
+                               np.arange(20)), cnmf.word_informations(wide_docs, wide_state, L4, np.arange(20)))
+    fits = [cnmf.local_step(X.indptr, X.indices, X.data, view, L, cnmf.LocalSettings(1e-2, 50, single_words=flag),
+                            with_stats=False).u for flag in (False, True)]
+    assert 0 < np.abs(fits[0] - fits[1]).max() < 1e-4
+    assert cnmf.single_words_suffice(1e-2) and not cnmf.single_words_suffice(1e-6)

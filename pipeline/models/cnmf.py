@@ -66,7 +66,10 @@ class CNMFConfig(TopicModelConfig):
         require_positive(self, ("sigma2",))
 
     def local_settings(self) -> cnmf.LocalSettings:
-        return cnmf.LocalSettings(self.local_tol, self.max_steps)
+        """The training local step: its words' term in single precision where the tolerance allows it
+        (``kernels.cnmf.single_words_suffice``)."""
+        return cnmf.LocalSettings(self.local_tol, self.max_steps,
+                                  single_words=cnmf.single_words_suffice(self.local_tol))
 
     def prior(self) -> cnmf.Prior:
         return cnmf.Prior.with_dims(self.n_dims, self.sigma2)
