@@ -482,8 +482,9 @@ def local_step(indptr: np.ndarray, indices: np.ndarray, counts: np.ndarray, view
     S, w_sum = np.zeros((view.exp_elog_beta.shape[0], K) if with_stats else 0), np.zeros(K)
     nu, wu, wuu = np.zeros((K, m)), np.zeros((K, m)), np.zeros((K, m, m))
     for part, docs in _slices(indptr, indices, counts, view, m):
-        _fit(replace(docs, single=docs.table.astype(np.float32)) if settings.single_words else docs, view, L,
-             settings, U[part], steps[part])
+        if settings.single_words and not _through_topics_cheaper(np.diff(docs.indptr), K, m).all():
+            docs = replace(docs, single=docs.table.astype(np.float32))  # some document's term goes through it
+        _fit(docs, view, L, settings, U[part], steps[part])
         if with_stats:
             state, u = _doc_state(docs, view, L, U[part]), U[part]
             lo, hi = indptr[part.start], indptr[part.stop]

@@ -55,7 +55,8 @@ class CNMFConfig(TopicModelConfig):
     local_tol: float = option(1e-2, "Stop a document's Newton iteration when an exact-Hessian step moves u_d by less "
                                     "than this (largest coordinate change, > 0). Those steps converge "
                                     "quadratically, so u_d is then within a few times the square of this of its "
-                                    "optimum; smaller fits more exactly, slower.")
+                                    "optimum; smaller fits more exactly, slower. At 1e-4 or more part of the exact "
+                                    "Hessian is built in single precision, whose rounding is far below that.")
     max_steps: int = option(50, "Most Newton steps per document and local step (>= 1), if --local-tol is not met "
                                 "first. Raise it if documents often stop at the cap.")
 
