@@ -327,12 +327,16 @@ def _through_topics_cheaper(nnz: int, K: int, m: int) -> bool:
     return nnz * K * K + K * K * m + K * m * m < nnz * K * m + nnz * m * m
 
 
-def word_information(words: np.ndarray, scaled: np.ndarray, weight: np.ndarray, L: np.ndarray) -> np.ndarray:
+def word_information(words: np.ndarray, scaled: np.ndarray, weight: np.ndarray, L: np.ndarray,
+                     single: tuple[np.ndarray, np.ndarray] | None = None) -> np.ndarray:
     """sum_v X_dv y_v y_v^T of one document, y_v = sum_k p_k^(vd) l_k, from its gathered word rows
     exp(E ln beta_v), w'_d and weight_v = X_dv / phi_v^2 (p^(vd) = exp(E ln beta_v) w'_d / phi_v): through
-    the y_v or, when it costs fewer flops, through the K x K matrix sum_v X_dv p^(vd) p^(vd)^T."""
+    the y_v or, when it costs fewer flops, through the K x K matrix sum_v X_dv p^(vd) p^(vd)^T. With ``single``,
+    the same rows and L in single precision, the y_v are formed from those (``word_informations``)."""
     if _through_topics_cheaper(*words.shape, L.shape[1]):
         return _information_through_topics(words, scaled, weight, L)
+    if single is not None:
+        return _information_through_locations(single[0], scaled.astype(np.float32), weight, single[1])
     return _information_through_locations(words, scaled, weight, L)
 
 
@@ -348,14 +352,11 @@ def word_informations(docs: Docs, state: _DocState, L: np.ndarray, which: np.nda
     length: far below the quadratic error tol^2 that a local tolerance of SINGLE_WORDS_TOL or more leaves."""
     out = np.empty((len(which), L.shape[1], L.shape[1]))
     weight = state.ratio / state.phi  # X_dv / phi^2, as p^(vd) = exp(E ln beta_v) w'_d / phi
-    single = None if docs.single is None else L.astype(np.float32)
+    single_L = None if docs.single is None else L.astype(np.float32)
     for i, d in enumerate(which):
         lo, hi = docs.indptr[d], docs.indptr[d + 1]
-        if single is not None and not _through_topics_cheaper(hi - lo, L.shape[0], L.shape[1]):
-            out[i] = _information_through_locations(docs.words(d, docs.single), state.scaled[d].astype(np.float32),
-                                                    weight[lo:hi], single)
-        else:
-            out[i] = word_information(docs.words(d), state.scaled[d], weight[lo:hi], L)
+        single = None if single_L is None else (docs.words(d, docs.single), single_L)
+        out[i] = word_information(docs.words(d), state.scaled[d], weight[lo:hi], L, single)
     return out
 
 
