@@ -155,16 +155,9 @@ def engine_alternation(driver: IMFDriver) -> float:
 
 
 @contextlib.contextmanager
-def cluster(mmap_threshold: int | None) -> Iterator[Any]:
-    """The LocalCluster ``buffet fit imf --workers 2`` starts (2 single-threaded worker processes); with
-    ``mmap_threshold`` its workers also get glibc's MALLOC_MMAP_THRESHOLD_ (a trial of an engine setting:
-    the engine's MALLOC_TRIM_THRESHOLD_ fixes the mmap threshold at 128 KiB, so every temporary array above
-    it is mapped afresh and page-faults on first use)."""
-    import dask
-
-    environ = {} if mmap_threshold is None else {
-        "distributed.nanny.pre-spawn-environ.MALLOC_MMAP_THRESHOLD_": str(mmap_threshold)}
-    with dask.config.set(environ), dask_client(WORKERS, dashboard=False, quiet=True) as client:
+def cluster() -> Iterator[Any]:
+    """The LocalCluster ``buffet fit imf --workers 2`` starts (2 single-threaded worker processes)."""
+    with dask_client(WORKERS, dashboard=False, quiet=True) as client:
         yield client
 
 
@@ -276,8 +269,8 @@ def compare(args: argparse.Namespace, base: dict) -> None:
     whole = one_chunk(chunks)
     nu0 = random_nu(args.rows, args.k, args.seed)
     common = {**base, "stage": "compare", "rows": args.rows, "cols": args.cols, "k": args.k, "steps": args.steps,
-              "chunk_rows": args.chunk_rows, "worker_mmap_threshold": args.mmap_threshold}
-    with PeakMemory() as tree, cluster(args.mmap_threshold) as client:
+              "chunk_rows": args.chunk_rows}
+    with PeakMemory() as tree, cluster() as client:
         engine = engine_on(client)
         drivers = {m: IMFDriver(fixed_k_config(m, args.k, args.chunk_rows), source_of(str(store)), engine)
                    for m in args.models.split(",")}
@@ -434,8 +427,8 @@ def profile(args: argparse.Namespace, base: dict) -> None:
     chunks = load_chunks(store, args.chunk_rows)
     nu0 = random_nu(args.rows, args.k, args.seed)
     common = {**base, "stage": "profile", "rows": args.rows, "cols": args.cols, "k": args.k, "steps": args.steps,
-              "chunk_rows": args.chunk_rows, "worker_mmap_threshold": args.mmap_threshold}
-    with cluster(args.mmap_threshold) as client:
+              "chunk_rows": args.chunk_rows}
+    with cluster() as client:
         for model in args.models.split(","):
             config = fixed_k_config(model, args.k, args.chunk_rows)
             before = load_now()
@@ -474,8 +467,6 @@ def main() -> None:
     p.add_argument("--rounds", type=int, default=2)
     p.add_argument("--models", default="imf,inmf")
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--mmap-threshold", type=int, default=None,
-                   help="compare, profile: also give the workers MALLOC_MMAP_THRESHOLD_=this many bytes (``cluster``)")
     p.add_argument("--probe-rows", type=int, default=20_000, help="kernel-steps: rows of the store it runs on")
     p.add_argument("--results", default=str(Path(__file__).resolve().parent / "results.jsonl"))
     args = p.parse_args()
