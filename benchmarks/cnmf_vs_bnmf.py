@@ -10,8 +10,8 @@ file and ingested with ``buffet ingest uci`` into WORKDIR, once; later runs reus
     python benchmarks/cnmf_vs_bnmf.py --workdir /tmp/cnmf-small --docs 5000 --k 20   # a small check
 
 Each model: K topics, minibatch 1000, one pass, the CLI's defaults otherwise (kappa 0.51, t0 1; CNMF
-m = 50), on an embedded LocalCluster of --workers thread workers (the CLI's default for both). ``seconds``
-is the fit loop only (every ``driver.step`` of the pass), as in benchmarks/bnmf_vs_lda.py; generation,
+m = 50), on an embedded LocalCluster of --workers workers of the kind the CLI starts for the model (threads or
+processes; --worker-kind sets one for both). ``seconds`` is the fit loop only (every ``driver.step`` of the pass), as in benchmarks/bnmf_vs_lda.py; generation,
 ingest, cluster start-up and held-out scoring are outside it. The held-out score is the same for both:
 each held-out document's tokens split into thirds with the fixed seed of benchmarks/common.py, the
 document's weights fitted by the model's own local step on folds 0 + 1 with the topics fixed, and the
@@ -116,14 +116,14 @@ def config_of(model: str, args):
 
 def timed_pass(model: str, config, store: str, args):
     """One SVI pass of ``model`` on a fresh LocalCluster; returns the driver and the pass's measurements."""
-    from buffet.pipeline.reports import bnmf as bnmf_report
-    from buffet.pipeline.reports import cnmf as cnmf_report
+    from buffet.pipeline.registry import spec_for
 
-    make_driver = {"bnmf": bnmf_report.make_driver, "cnmf": cnmf_report.make_driver}[model]
-    driver, trace, measured = timed_svi_pass(make_driver, config, store, args.workers, "threads")
+    spec = spec_for(model)
+    kind = args.worker_kind or spec.worker_kind
+    driver, trace, measured = timed_svi_pass(spec.make_driver, config, store, args.workers, kind)
     effort_key = driver.model.effort[0]
     docs = driver.corpus.n_train * config.passes  # documents processed
-    return driver, {**measured, "docs": docs, "docs_per_second": docs / measured["seconds"],
+    return driver, {**measured, "worker_kind": kind, "docs": docs, "docs_per_second": docs / measured["seconds"],
                     "steps": len(trace), effort_key: float(np.mean([r[effort_key] for r in trace]))}
 
 
@@ -184,11 +184,9 @@ def scored_passes(model: str, config, store: str, after: list[int]) -> dict:
     after each pass in ``after``."""
     from buffet.pipeline.engine.dataset import source_of
     from buffet.pipeline.engine.executor_choice import engine_on
-    from buffet.pipeline.reports import bnmf as bnmf_report
-    from buffet.pipeline.reports import cnmf as cnmf_report
+    from buffet.pipeline.registry import spec_for
 
-    make_driver = {"bnmf": bnmf_report.make_driver, "cnmf": cnmf_report.make_driver}[model]
-    driver = make_driver(config, source_of(store), engine_on(None))
+    driver = spec_for(model).make_driver(config, source_of(store), engine_on(None))
     driver.eval_rows = None
     driver.start()
     n_mb, cpu, out = len(driver.minibatches), 0.0, {}
@@ -241,7 +239,9 @@ def main() -> None:
                    help="another CNMF setting (a CNMFConfig field, e.g. c0=250), repeatable")
     p.add_argument("--batch-size", type=int, default=1000)
     p.add_argument("--passes", type=int, default=1, help="SVI passes (the protocol: 1)")
-    p.add_argument("--workers", type=int, default=2, help="thread workers of the embedded LocalCluster")
+    p.add_argument("--workers", type=int, default=2, help="workers of the embedded LocalCluster")
+    p.add_argument("--worker-kind", choices=("threads", "processes"), default=None,
+                   help="the LocalCluster's workers (default: each model's own, as the CLI starts them)")
     p.add_argument("--chunk-rows", type=int, default=None, help="rows per block (default batch/workers)")
     p.add_argument("--models", default="bnmf,cnmf", help="comma-separated, run in this order")
     p.add_argument("--seed", type=int, default=0)

@@ -132,6 +132,14 @@ def site_job_script(tmp_path: Path, model: str) -> str:
             return cluster.job_script()
 
 
+def test_the_slurm_script_threads_the_models_the_cli_threads() -> None:
+    """start_cluster.py (which does not import buffet) names the same models as the CLI's worker kinds."""
+    from buffet.pipeline.registry import models
+
+    threaded = {name for name, spec in models().items() if spec.worker_kind == "threads"}
+    assert set(deploy_module("start_cluster").THREADED_MODELS) == threaded
+
+
 def test_job_script_follows_jobqueue_yaml_and_the_model(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The example jobqueue.yaml reaches the job script (account, partition, extra directive, prologue, spill
     folder, the log folder under the user's home) with start_cluster.py's lifetime and TLS files; bnmf gets one

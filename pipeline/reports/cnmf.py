@@ -53,7 +53,8 @@ def summary(driver: TopicDriver, run: RunStore, trace: list[dict]) -> list[str]:
 
 OUTPUTS = Outputs("Correlated NMF", evaluate=topics.evaluate, export=export, figures=figures, summary=summary)
 
-# Like Bayesian NMF's, the local step is NumPy calls that release the GIL: threads share the globals.
-SPECS = {"cnmf": ModelSpec(config_cls=CNMFConfig, make_driver=make_driver, outputs=OUTPUTS, worker_kind="threads",
+# Worker processes: the local step makes many small NumPy calls per document, which hold the GIL, so a second
+# thread worker added only 1.24x (docs/performance.md, "Correlated NMF against Bayesian NMF").
+SPECS = {"cnmf": ModelSpec(config_cls=CNMFConfig, make_driver=make_driver, outputs=OUTPUTS, worker_kind="processes",
                            summary="correlated NMF: Bayesian NMF with topic and document locations in a latent "
                                    "space, for count data when topic correlations or similar documents matter")}
