@@ -138,16 +138,14 @@ class DaskEngine(Engine):
 
     # ----- operations -----
     def share(self, value: Any) -> Shared:
-        """Sent to every worker (Dask's broadcast), so a step's tasks run wherever their blocks are: Dask places a
-        task only on a worker that holds one of its inputs, and with the value on one worker and blocks smaller
-        than it, every task of a step went to that worker, one after another, while the others idled
-        (docs/performance.md, "Start-up and small fits"). A worker that joins later fetches it from another when
-        a task needs it. With no worker to send it to for ``worker_timeout`` seconds, a ``ClusterLostError``:
-        Dask's scatter waits that long for a running worker (its ``timeout`` bounds only that wait) and then
-        fails with a bare TimeoutError."""
+        """Sent once to one worker, fetched by the others as needed. Not broadcast: Dask's broadcast copies the
+        value with the scheduler's ``replicate``, which tries again and again, without end, to copy it to a
+        worker that died meanwhile (tried: fits that lost a worker hung; docs/performance.md, "Start-up and
+        small fits"). With no worker to send it to for ``worker_timeout`` seconds, a
+        ``ClusterLostError``: Dask's scatter waits that long for a running worker (its ``timeout`` bounds
+        only that wait) and then fails with a bare TimeoutError."""
         try:  # wrapped in a list: scatter would send a dict's or a list's items as separate futures
-            return Shared(self._call(self.client.scatter, [value], hash=False, broadcast=True,
-                                     timeout=self.worker_timeout)[0])
+            return Shared(self._call(self.client.scatter, [value], hash=False, timeout=self.worker_timeout)[0])
         except TimeoutError:
             if self.n_workers == 0:
                 raise ClusterLostError(f"no Dask worker for {self.worker_timeout:g} s") from None
