@@ -35,8 +35,8 @@ TOPIC_MODELS = ("bnmf", "cnmf")  # NumPy-heavy local steps that release the GIL:
 # The environment the nanny gives each worker (a Dask config value, parsed as a literal): glibc keeps freed memory
 # mapped and serves arrays up to 32 MiB from the heap instead of mapping each afresh (see WORKER_MALLOC in
 # pipeline/engine/cluster.py), and BLAS runs one thread per task thread.
-NANNY_ENVIRON = ('{"MALLOC_TRIM_THRESHOLD_": "268435456", "MALLOC_MMAP_THRESHOLD_": "33554432", "OMP_NUM_THREADS": "1", '
-                 '"MKL_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1"}')
+NANNY_ENVIRON = ('{"MALLOC_TRIM_THRESHOLD_": "268435456", "MALLOC_MMAP_THRESHOLD_": "33554432", '
+                 '"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1"}')
 KEEP_INTERVAL = 5.0  # seconds between checks that every job is there (replacing those that ended)
 LOST_JOB_TIMEOUT = "5s"  # how long a vanished worker's job is kept before it counts as gone and is replaced
 CLOSE_TIMEOUT = 60  # seconds to cancel the jobs and stop the scheduler

@@ -21,9 +21,10 @@ from buffet.pipeline.engine.messages import logger
 # glibc's malloc as Dask's worker processes should have it. Dask's nanny starts them with
 # MALLOC_TRIM_THRESHOLD_=65536, and setting any malloc threshold also stops glibc from raising its mmap
 # threshold as a process frees large blocks: it stays at 128 KiB, so every temporary array above that is
-# mapped afresh and page-faults on first use. Block kernels allocate such arrays by the thousand per task
-# (correlated NMF's local step ran 1.6-1.9x slower so). The workers keep freed memory mapped (trim threshold
-# 256 MiB) and take arrays of up to 32 MiB, the most glibc's own rising threshold reaches, from the heap.
+# mapped afresh and page-faults on first use. Block kernels allocate such arrays by the thousand per task (a
+# correlated-NMF local step took 1.3-1.4x its CPU time so; docs/performance.md, "Start-up and small fits"). The
+# workers keep freed memory mapped (trim threshold 256 MiB) and take arrays of up to 32 MiB, the most glibc's
+# own rising threshold reaches, from the heap.
 WORKER_MALLOC = {"MALLOC_TRIM_THRESHOLD_": str(256 << 20), "MALLOC_MMAP_THRESHOLD_": str(32 << 20)}
 # The whole environment a nanny gives its worker: the malloc settings and a one-thread BLAS per task thread.
 NANNY_ENVIRON = {**WORKER_MALLOC, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1"}
