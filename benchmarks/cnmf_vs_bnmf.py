@@ -15,8 +15,8 @@ processes; --worker-kind sets one for both). ``seconds`` is the fit loop only (e
 pass), as in benchmarks/bnmf_vs_lda.py; generation, ingest, cluster start-up and held-out scoring are outside
 it. The held-out score is the same for both: each held-out document's tokens split into thirds with the fixed
 seed of benchmarks/common.py, the document's weights fitted by the model's own local step on folds 0 + 1 with
-the topics fixed, and the per-word log likelihood of fold 2 under p(v | d) = sum_k W_dk E[beta_vk] / sum_v' sum_k W_dk E[beta_v'k]
-(``kernels.bnmf.completion_score``; W = E[theta] for BNMF, exp(l_k . u_d) for CNMF). Held-out documents
+the topics fixed, and the per-word log likelihood of fold 2 under
+p(v | d) = sum_k W_dk E[beta_vk] / sum_v' sum_k W_dk E[beta_v'k] (``kernels.bnmf.completion_score``; W = E[theta] for BNMF, exp(l_k . u_d) for CNMF). Held-out documents
 get each model's scoring settings (BNMF: ``inference_settings``; CNMF: ``kernels.cnmf.LocalSettings()``,
 u_d to 1e-6), whatever --local-tol and --max-steps set for training.
 
