@@ -16,9 +16,10 @@ pass), as in benchmarks/bnmf_vs_lda.py; generation, ingest, cluster start-up and
 it. The held-out score is the same for both: each held-out document's tokens split into thirds with the fixed
 seed of benchmarks/common.py, the document's weights fitted by the model's own local step on folds 0 + 1 with
 the topics fixed, and the per-word log likelihood of fold 2 under
-p(v | d) = sum_k W_dk E[beta_vk] / sum_v' sum_k W_dk E[beta_v'k] (``kernels.bnmf.completion_score``; W = E[theta] for BNMF, exp(l_k . u_d) for CNMF). Held-out documents
-get each model's scoring settings (BNMF: ``inference_settings``; CNMF: ``kernels.cnmf.LocalSettings()``,
-u_d to 1e-6), whatever --local-tol and --max-steps set for training.
+p(v | d) = sum_k W_dk E[beta_vk] / sum_v' sum_k W_dk E[beta_v'k] (``kernels.bnmf.completion_score``;
+W = E[theta] for BNMF, exp(l_k . u_d) for CNMF). Held-out documents get each model's scoring settings (BNMF:
+``inference_settings``; CNMF: ``kernels.cnmf.LocalSettings()``, u_d to 1e-6), whatever --local-tol and
+--max-steps set for training.
 
 With --profile, one CNMF local step on 1000 training documents at the fitted globals is run under
 cProfile after the pass, and the functions with the most own time are recorded with its result.
