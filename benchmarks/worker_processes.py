@@ -8,8 +8,9 @@ at 32 MiB (the engine's ``WORKER_MALLOC`` now). Any malloc setting in the enviro
 threshold at 128 KiB, so every larger temporary array is mapped afresh and page-faults on first use.
 
 ``passes``: --passes SVI passes of a model, one after the other on one LocalCluster of 2 workers of each
---kinds (the first pass includes the workers' imports), documents/s of each pass. Run it with another
-checkout's code first on PYTHONPATH to compare engines.
+--kinds (the first pass includes the workers' imports), documents/s of each pass and, on worker processes, how
+many of its steps ran every block on one worker (Dask's task stream). Run it with another checkout's code first
+on PYTHONPATH to compare engines.
 
     python benchmarks/worker_processes.py malloc --store S --rounds 3
     python benchmarks/worker_processes.py passes --store S --model cnmf --kinds processes threads --passes 3
@@ -27,6 +28,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import machine, record
 
+LONG_TASK = 0.05  # seconds: a block's local step takes longer, Dask's bookkeeping tasks do not
 MALLOC_SETTINGS = {
     "none": {},
     "dask default": {"MALLOC_TRIM_THRESHOLD_": "65536"},
@@ -85,8 +87,23 @@ def malloc(args: argparse.Namespace) -> None:
                                   "cpu_seconds": seconds, "machine": machine()})
 
 
+def one_worker_steps(stream: list[dict], bounds: list[tuple[float, float]]) -> int:
+    """How many steps (their wall-clock ``bounds``) had every task of LONG_TASK seconds or more on one worker, from
+    Dask's task stream: the steps whose blocks ran one after another while the other workers idled."""
+    count = 0
+    for start, stop in bounds:
+        workers = {task["worker"] for task in stream for part in task["startstops"]
+                   if part["action"] == "compute" and part["stop"] - part["start"] >= LONG_TASK
+                   and start <= part["start"] < stop}
+        count += len(workers) == 1
+    return count
+
+
 def passes(args: argparse.Namespace) -> None:
-    """``--passes`` passes of ``--model`` on a LocalCluster of each kind in ``--kinds``."""
+    """``--passes`` passes of ``--model`` on a LocalCluster of each kind in ``--kinds``: documents/s of each pass
+    and, on worker processes, how many of its steps ran all their blocks on one worker."""
+    from distributed import get_task_stream
+
     from buffet.pipeline.engine.cluster import dask_client
     from buffet.pipeline.engine.dataset import source_of
     from buffet.pipeline.engine.executor_choice import engine_on
@@ -94,20 +111,28 @@ def passes(args: argparse.Namespace) -> None:
 
     for kind in args.kinds:
         with dask_client(2, dashboard=False, quiet=True, worker_kind=kind) as client:
-            rates = []
+            rates, piled = [], []
             for _ in range(args.passes):
                 driver = spec_for(args.model).make_driver(config(args.model, args.batch_size, 1), source_of(args.store),
                                                           engine_on(client))
                 driver.eval_rows = None
                 driver.start()
-                t0 = time.perf_counter()
-                for step in range(driver.total_steps()):
-                    driver.step(step)
-                rates.append(driver.corpus.n_train / (time.perf_counter() - t0))
-        print(f"{args.model} on {kind}: " + ", ".join(f"{r:,.0f}" for r in rates) + " documents/s", flush=True)
+                bounds = []
+                with get_task_stream(client) as stream:
+                    t0 = time.perf_counter()
+                    for step in range(driver.total_steps()):
+                        began = time.time()
+                        driver.step(step)
+                        bounds.append((began, time.time()))
+                    rates.append(driver.corpus.n_train / (time.perf_counter() - t0))
+                piled.append(one_worker_steps(stream.data, bounds) if kind == "processes" else None)
+        print(f"{args.model} on {kind}: " + ", ".join(f"{r:,.0f}" for r in rates) + " documents/s"
+              + ("" if kind != "processes" else f"; steps with every block on one worker: {piled} of {len(bounds)}"),
+              flush=True)
         record(args.results, {"bench": "worker_processes", "stage": "passes", "tag": args.tag, "store": args.store,
                               "model": args.model, "worker_kind": kind, "batch_size": args.batch_size,
-                              "docs_per_second": rates, "machine": machine()})
+                              "docs_per_second": rates, "one_worker_steps": piled, "steps": len(bounds),
+                              "machine": machine()})
 
 
 def main() -> None:
