@@ -219,6 +219,15 @@ def walk(engine: Engine, run: RunStore | None = None, **options) -> tuple[list[f
     return [r["total"] for r in trace], engine.collect(engine.state("walk"))
 
 
+def test_a_shared_value_has_a_copy_on_every_worker(clients):
+    """So that Dask may run a step's blocks on any worker, not only on the one that holds the globals
+    (``DaskEngine.share``)."""
+    client = clients[2]
+    copies = engine_on(client).share(np.arange(1000.0)).value
+    holders = client.who_has(list(copies))
+    assert set().union(*(holders[c.key] for c in copies)) == set(client.scheduler_info()["workers"])
+
+
 def test_a_value_scattered_to_a_worker_that_left_is_a_cluster_failure():
     """Dask's scheduler answers a scatter whose worker retired meanwhile with a KeyError naming the worker's
     address (seen on SLURM jobs replaced by --worker-lifetime): the step is tried again, as for any lost

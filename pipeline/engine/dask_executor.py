@@ -138,14 +138,18 @@ class DaskEngine(Engine):
 
     # ----- operations -----
     def share(self, value: Any) -> Shared:
-        """Sent once to one worker, fetched by the others as needed. Not broadcast: Dask's broadcast copies the
-        value with the scheduler's ``replicate``, which tries again and again, without end, to copy it to a
-        worker that died meanwhile (tried: fits that lost a worker hung; docs/performance.md, "Start-up and
-        small fits"). With no worker to send it to for ``worker_timeout`` seconds, a
-        ``ClusterLostError``: Dask's scatter waits that long for a running worker (its ``timeout`` bounds
-        only that wait) and then fails with a bare TimeoutError."""
-        try:  # wrapped in a list: scatter would send a dict's or a list's items as separate futures
-            return Shared(self._call(self.client.scatter, [value], hash=False, timeout=self.worker_timeout)[0])
+        """One copy sent to each worker (a list that Dask's scatter deals out one item per worker), and ``map``
+        gives block i copy i modulo their number. Dask runs a task only on a worker that holds one of its
+        inputs; with the value on one worker, every block of a step ran there in turn while the others idled
+        (docs/performance.md, "Start-up and small fits"). Not Dask's broadcast: it copies with the scheduler's
+        ``replicate``, which retries without end to copy to a worker that died meanwhile, and fits that lost a
+        worker hung. A worker that joins later fetches a copy from another when a task needs it; a lost copy is
+        a lost worker's, and the step is tried again. With no worker to send it to for ``worker_timeout``
+        seconds, a ``ClusterLostError``: Dask's scatter waits that long for a running worker (its ``timeout``
+        bounds only that wait) and then fails with a bare TimeoutError."""
+        try:  # each copy one item of a list: scatter sends a list's items as separate futures
+            copies = [value] * max(1, self.n_workers)
+            return Shared(tuple(self._call(self.client.scatter, copies, hash=False, timeout=self.worker_timeout)))
         except TimeoutError:
             if self.n_workers == 0:
                 raise ClusterLostError(f"no Dask worker for {self.worker_timeout:g} s") from None
@@ -160,11 +164,21 @@ class DaskEngine(Engine):
             if isinstance(a, BlockSet):
                 spec += [a.array, "i"]
             else:
-                spec += [a.value if isinstance(a, Shared) else a, None]
+                spec += [self._per_block(a, n), "i"] if isinstance(a, Shared) else [a, None]
         sets = [a for a in args if isinstance(a, BlockSet)]
         lazy = all(a.lazy for a in sets) and not any(isinstance(a, Shared) for a in args)
         return self._new(da.blockwise(_apply, "i", fn, None, *spec, dtype=object, meta=np.empty((0,), object),
                                       name=f"{getattr(fn, '__name__', 'map')}-{next(self._names)}"), n, lazy)
+
+    @staticmethod
+    def _per_block(shared: Shared, n: int) -> Any:
+        """``shared``'s copies as a dask array of ``n`` one-element blocks, block i the copy i modulo their number."""
+        import dask
+        import dask.array as da
+
+        copies = shared.value
+        return da.concatenate([da.from_delayed(dask.delayed(_wrap, pure=True)(copies[i % len(copies)]), shape=(1,),
+                                               dtype=object, meta=np.empty((0,), object)) for i in range(n)])
 
     def select(self, blockset: BlockSet, indices: Sequence[int]) -> BlockSet:
         indices = [int(i) for i in indices]
@@ -265,8 +279,8 @@ class DaskEngine(Engine):
 
     def _gather(self, futures: list) -> list:
         """The results of finished ``futures``, brought here. If the worker holding one is lost meanwhile,
-        Dask computes it again, which never ends when an input of it is gone too (a shared value lives on
-        one worker only): after ``worker_timeout`` + ``GATHER_GRACE_SECONDS`` that is a ``ClusterFailure``,
+        Dask computes it again, which never ends when an input of it is gone too (a shared value's copy
+        lives on that worker only): after ``worker_timeout`` + ``GATHER_GRACE_SECONDS`` that is a ``ClusterFailure``,
         and the loop tries the step again from its start."""
         limit = self.worker_timeout + GATHER_GRACE_SECONDS
         try:

@@ -69,7 +69,7 @@ class BlockSet:
 
 @dataclass(eq=False)
 class Shared:
-    """A value many tasks read (globals such as the topics): the value itself, or a future holding it."""
+    """A value many tasks read (globals such as the topics): the value itself, or futures holding copies of it."""
 
     value: Any
 
