@@ -137,7 +137,7 @@ def test_the_slurm_script_threads_the_models_the_cli_threads() -> None:
     from buffet.pipeline.registry import models
 
     threaded = {name for name, spec in models().items() if spec.worker_kind == "threads"}
-    assert set(deploy_module("start_cluster").TOPIC_MODELS) == threaded
+    assert set(deploy_module("start_cluster").THREADED_MODELS) == threaded
 
 
 def test_job_script_follows_jobqueue_yaml_and_the_model(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -6,8 +6,8 @@ The buffet command gets ``--scheduler <address>`` appended and TLS credentials m
 (``cluster_tls.py``) through Dask's configuration variables; the worker jobs get the same credentials, so
 nobody else can connect. Options left out come from dask-jobqueue's ``jobqueue.slurm`` settings
 (``~/.config/dask/jobqueue.yaml``; see ``jobqueue.yaml`` next to this script). The worker shape follows the
-model of the command: one worker of several threads per job (``--processes`` workers if given) for the topic
-models ``bnmf`` and ``cnmf``, one single-threaded worker per core for the others.
+model of the command: one worker of several threads per job (``--processes`` workers if given) for Bayesian
+NMF (``bnmf``), one single-threaded worker per core for the others.
 
 With ``--worker-lifetime`` every worker retires after about that many seconds (dask's ``--lifetime`` with a
 stagger of a tenth of it), its job ends, and a new job replaces it, as does any job that ends otherwise
@@ -31,7 +31,7 @@ from cluster_tls import Credentials, make_credentials
 if TYPE_CHECKING:
     from dask_jobqueue import SLURMCluster
 
-TOPIC_MODELS = ("bnmf", "cnmf")  # NumPy-heavy local steps that release the GIL: threads suit them
+THREADED_MODELS = ("bnmf",)  # models whose block tasks are large NumPy calls that release the GIL: threads suit them
 # The environment the nanny gives each worker (a Dask config value, parsed as a literal): glibc keeps freed memory
 # mapped and serves arrays up to 32 MiB from the heap instead of mapping each afresh (see WORKER_MALLOC in
 # pipeline/engine/cluster.py), and BLAS runs one thread per task thread.
@@ -101,9 +101,9 @@ def command_model(command: list[str]) -> str | None:
 
 
 def processes_per_job(model: str | None, cores: int, processes: int | None) -> int:
-    """Worker processes per job: ``processes`` (default 1) threaded workers for the topic models, else one
+    """Worker processes per job: ``processes`` (default 1) threaded workers for Bayesian NMF, else one
     single-threaded worker per core."""
-    if model in TOPIC_MODELS:
+    if model in THREADED_MODELS:
         return processes or 1
     return cores
 

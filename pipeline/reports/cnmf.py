@@ -53,9 +53,8 @@ def summary(driver: TopicDriver, run: RunStore, trace: list[dict]) -> list[str]:
 
 OUTPUTS = Outputs("Correlated NMF", evaluate=topics.evaluate, export=export, figures=figures, summary=summary)
 
-# Thread workers. The local step's many small NumPy calls hold the GIL (a second thread adds about 1.24x), but on
-# worker processes a step's blocks tend to run one after another on the worker that holds the globals
-# (docs/performance.md, "Correlated NMF against Bayesian NMF" and "Start-up and small fits").
-SPECS = {"cnmf": ModelSpec(config_cls=CNMFConfig, make_driver=make_driver, outputs=OUTPUTS, worker_kind="threads",
+# Worker processes: the local step's many small NumPy calls hold the GIL, so a second thread worker adds only
+# about 1.24x (docs/performance.md, "Correlated NMF against Bayesian NMF").
+SPECS = {"cnmf": ModelSpec(config_cls=CNMFConfig, make_driver=make_driver, outputs=OUTPUTS, worker_kind="processes",
                            summary="correlated NMF: Bayesian NMF with topic and document locations in a latent "
                                    "space, for count data when topic correlations or similar documents matter")}
