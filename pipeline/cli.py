@@ -63,7 +63,7 @@ def _cluster_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--worker-kind", choices=WORKER_KINDS, default=None,
                    help="run the LocalCluster's workers as separate processes or as threads of this process; "
                         "threads suit NumPy-heavy tasks that release the GIL (default: the model's choice, "
-                        "threads for the topic models, processes for the others)")
+                        "threads for Bayesian NMF, processes for the others)")
     p.add_argument("--scheduler", default=None, metavar="ADDRESS",
                    help="address of a running Dask scheduler (e.g. tcp://host:8786) to use instead of starting a "
                         "LocalCluster; --workers and --worker-kind are then ignored (default: the environment's "
