@@ -446,7 +446,8 @@ def test_the_words_term_in_single_precision_is_the_double_one_to_its_rounding():
     assert (gap > 1e-12).all() and gap.max() < 1e-5, (gap.min(), gap.max())
     wide = cnmf_corpus(20, 200, rng.normal(size=(4, 20)), rng, length=150)[0]
     L4 = cnmf.initial_topics(4, cnmf.Prior.with_dims(20), rng)
-    view4 = bnmf.TopicView.from_params(*bnmf.initial_globals(200, 4, wide.sum(), 20, bnmf.Hyper.paper_defaults(200, 4), rng))
+    hyper = bnmf.Hyper.paper_defaults(200, 4)
+    view4 = bnmf.TopicView.from_params(*bnmf.initial_globals(200, 4, wide.sum(), 20, hyper, rng))
     wide_docs = _docs(wide, view4, L4)
     wide_state = cnmf._doc_state(wide_docs, view4, L4, rng.normal(size=(20, 20)))
     np.testing.assert_array_equal(
