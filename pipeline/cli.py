@@ -520,6 +520,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         logging.getLogger("asyncio").setLevel(logging.CRITICAL)
     on_main_thread = threading.current_thread() is threading.main_thread()
     previous = {sig: signal.signal(sig, StopRequest.on_signal) for sig in stop_signals()} if on_main_thread else {}
+    unraisable_hook = sys.unraisablehook
+    if not debug:
+        sys.unraisablehook = StopRequest.unraisable
     try:
         if options is not None:
             set_default_storage_options(parse_storage_options(options))
@@ -534,6 +537,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         logging.getLogger("buffet").removeHandler(handler)
         for sig, earlier in previous.items():
             signal.signal(sig, earlier)
+        sys.unraisablehook = unraisable_hook
         StopRequest.forget()
     return 0
 

@@ -119,6 +119,32 @@ def test_ctrl_c_marks_the_run_interrupted_and_says_how_to_resume(tmp_path: Path,
     assert RunStore(run).status == "interrupted"
 
 
+# ``buffet ARGS`` (argv[1:]) in this process, with a garbage-collector callback (as distributed's GC diagnosis
+# installs one) that sends the process Ctrl-C from inside the 200th collection: the handler's exception is raised
+# where Python cannot pass it on.
+CTRL_C_IN_A_GC_CALLBACK = """
+import gc, os, signal, sys
+from buffet.pipeline import cli
+collections = []
+def callback(phase, info):
+    collections.append(phase)
+    if len(collections) == 400:
+        os.kill(os.getpid(), signal.SIGINT)
+gc.callbacks.append(callback)
+gc.set_threshold(50)
+sys.exit(cli.main(sys.argv[1:]))
+"""
+
+
+def test_ctrl_c_raised_inside_a_garbage_collector_callback_stops_without_a_traceback(tmp_path: Path,
+                                                                                       store: Path) -> None:
+    args = ("fit", "bnmf", store, "--out", tmp_path / "run", "--executor", "process", *LONG_FIT)
+    proc = subprocess.run([sys.executable, "-c", CTRL_C_IN_A_GC_CALLBACK, *map(str, args)], capture_output=True,
+                          text=True, timeout=120)
+    assert proc.returncode == 130, proc.stderr
+    one_line(proc.stderr, "interrupted")
+
+
 # A process that holds a run's lease (folder argv[2]) and whose clean-up after a stop signal never ends (it
 # catches the exception and waits), with the command's handlers and a grace of 0.5 s; "SECOND" (argv[1]) sends
 # it a second signal, Ctrl-C, from the clean-up.

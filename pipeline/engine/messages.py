@@ -78,9 +78,10 @@ STOP_GRACE_SECONDS = 60.0  # the longest a stopped command may take to mark its 
 
 class StopRequest:
     """Ctrl-C or SIGTERM, once it reached the command. The handler (``on_signal``) raises the exception at
-    once, wherever the main thread happens to be, and remembers it. Where that is a ``__del__`` method or a
-    weakref callback (a Dask future released), Python prints the exception as ignored and goes on; a loop
-    that calls ``check`` between steps stops all the same. A command that has not ended ``STOP_GRACE_SECONDS``
+    once, wherever the main thread happens to be, and remembers it. Where that is a ``__del__`` method, a
+    weakref callback (a Dask future released) or a garbage-collector callback (distributed's), Python cannot
+    raise it and goes on (``unraisable`` keeps it from printing a traceback); a loop that calls ``check``
+    between steps stops all the same. A command that has not ended ``STOP_GRACE_SECONDS``
     after the signal (its clean-up stuck), or that receives a second one, ends at once with the same status:
     what it committed (checkpoints, ``engine.runstore``) is complete either way."""
 
@@ -99,6 +100,15 @@ class StopRequest:
         cls._deadline.daemon = True
         cls._deadline.start()
         raise stop()
+
+    @classmethod
+    def unraisable(cls, unraisable: sys.UnraisableHookArgs) -> None:
+        """``sys.unraisablehook`` of the ``buffet`` command: the exception of a received signal, raised where
+        Python cannot pass it on (a ``__del__`` method, a weakref or garbage-collector callback), is dropped
+        without a word, as ``check`` raises it again; anything else goes to Python's own hook."""
+        if cls._received is not None and isinstance(unraisable.exc_value, KeyboardInterrupt):
+            return
+        sys.__unraisablehook__(unraisable)
 
     @classmethod
     def check(cls) -> None:
