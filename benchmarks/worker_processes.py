@@ -14,6 +14,14 @@ on PYTHONPATH to compare engines.
 
     python benchmarks/worker_processes.py malloc --store S --rounds 3
     python benchmarks/worker_processes.py passes --store S --model cnmf --kinds processes threads --passes 3
+
+``share``: what sharing a step's globals (``DaskEngine.share``) costs the client as the workers grow: on a
+LocalCluster of --workers worker processes, --repeats shares of --megabytes of float64 (80 MB are the
+globals of K 100 at V 100,000), each until every worker holds its copy; the client's CPU and wall seconds per
+share, and the bytes the workers sent each other. Run it with another checkout's code first on PYTHONPATH to
+compare engines.
+
+    python benchmarks/worker_processes.py share --workers 8 --megabytes 80 --repeats 5
 """
 
 from __future__ import annotations
@@ -135,24 +143,59 @@ def passes(args: argparse.Namespace) -> None:
                               "machine": machine()})
 
 
+def share(args: argparse.Namespace) -> None:
+    """``--repeats`` shares of ``--megabytes`` on ``--workers`` worker processes: client CPU and wall seconds."""
+    import numpy as np
+    from distributed import wait
+
+    from buffet.pipeline.engine.cluster import dask_client
+    from buffet.pipeline.engine.executor_choice import engine_on
+
+    value = np.random.default_rng(0).random(args.megabytes * (1 << 20) // 8)
+    with dask_client(args.workers, dashboard=False, quiet=True, worker_kind="processes") as client:
+        engine = engine_on(client)
+        wait(list(engine.share(np.zeros(1)).value))  # connections to every worker made
+        cpu, wall, sent = [], [], []
+        for _ in range(args.repeats):
+            before = sum(client.run(lambda dask_worker: dask_worker.transfer_outgoing_bytes_total).values())
+            c0, t0 = time.process_time(), time.perf_counter()
+            copies = engine.share(value).value
+            wait(list(copies))
+            cpu.append(time.process_time() - c0)
+            wall.append(time.perf_counter() - t0)
+            sent.append(sum(client.run(lambda dask_worker: dask_worker.transfer_outgoing_bytes_total).values())
+                        - before)
+            del copies
+    print(f"share of {args.megabytes} MB on {args.workers} workers: client CPU s "
+          + ", ".join(f"{c:.3f}" for c in cpu) + "; wall s " + ", ".join(f"{w:.3f}" for w in wall)
+          + f"; sent between workers {np.mean(sent) / 2**20:.0f} MB a share", flush=True)
+    record(args.results, {"bench": "worker_processes", "stage": "share", "tag": args.tag, "workers": args.workers,
+                          "megabytes": args.megabytes, "client_cpu_seconds": cpu, "wall_seconds": wall,
+                          "bytes_between_workers": sent, "machine": machine()})
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("what", choices=("malloc", "passes", "local-step"))
-    p.add_argument("--store", required=True, help="a count store with a 'heldout' split (cnmf_vs_bnmf.py's)")
+    p.add_argument("what", choices=("malloc", "passes", "share", "local-step"))
+    p.add_argument("--store", help="malloc, passes: a count store with a 'heldout' split (cnmf_vs_bnmf.py's)")
     p.add_argument("--docs", type=int, default=500, help="malloc: documents of the local step")
-    p.add_argument("--repeats", type=int, default=3, help="malloc: local steps per interpreter")
+    p.add_argument("--repeats", type=int, default=3, help="malloc: local steps per interpreter; share: shares timed")
     p.add_argument("--rounds", type=int, default=2, help="malloc: alternations of the settings")
     p.add_argument("--model", choices=("cnmf", "bnmf"), default="cnmf")
     p.add_argument("--kinds", nargs="+", choices=("threads", "processes"), default=["processes", "threads"])
     p.add_argument("--passes", type=int, default=3)
     p.add_argument("--batch-size", type=int, default=1000)
+    p.add_argument("--workers", type=int, default=8, help="share: worker processes")
+    p.add_argument("--megabytes", type=int, default=80, help="share: size of the shared value")
     p.add_argument("--results", default=str(Path(__file__).resolve().parent / "results.jsonl"))
     p.add_argument("--tag", default="")
     args = p.parse_args()
     if args.what == "local-step":  # the malloc stage's child process: CPU seconds on stdout
         print(" ".join(f"{s:.4f}" for s in local_step_seconds(args.store, args.docs, args.repeats)))
     else:
-        {"malloc": malloc, "passes": passes}[args.what](args)
+        if args.store is None and args.what != "share":
+            p.error(f"{args.what} needs --store")
+        {"malloc": malloc, "passes": passes, "share": share}[args.what](args)
 
 
 if __name__ == "__main__":

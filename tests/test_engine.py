@@ -219,13 +219,24 @@ def walk(engine: Engine, run: RunStore | None = None, **options) -> tuple[list[f
     return [r["total"] for r in trace], engine.collect(engine.state("walk"))
 
 
-def test_a_shared_value_has_a_copy_on_every_worker(clients):
-    """So that Dask may run a step's blocks on any worker, not only on the one that holds the globals
+def sent_between_workers(client) -> int:
+    """Bytes the workers of ``client``'s cluster have sent each other so far."""
+    return sum(client.run(lambda dask_worker: dask_worker.transfer_outgoing_bytes_total).values())
+
+
+def test_a_shared_value_has_a_copy_on_every_worker_sent_once_by_the_client(clients):
+    """So that Dask may run a step's blocks on any worker, not only on the one that holds the globals, and so
+    that the client's upload does not grow with the workers: the other copies go from worker to worker
     (``DaskEngine.share``)."""
-    client = clients[2]
-    copies = engine_on(client).share(np.arange(1000.0)).value
+    from distributed import wait
+
+    client, value = clients[2], np.arange(1_000_000.0)  # 8 MB
+    before = sent_between_workers(client)
+    copies = engine_on(client).share(value).value
+    wait(list(copies))
     holders = client.who_has(list(copies))
     assert set().union(*(holders[c.key] for c in copies)) == set(client.scheduler_info()["workers"])
+    assert sent_between_workers(client) - before >= value.nbytes  # the second worker's copy came from the first
 
 
 def test_a_value_scattered_to_a_worker_that_left_is_a_cluster_failure():

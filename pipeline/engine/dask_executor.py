@@ -15,6 +15,7 @@ Lost workers surface as ``ClusterFailure``, which the fit loop recovers from; no
 
 from __future__ import annotations
 
+import copy
 import itertools
 import time
 import uuid
@@ -52,6 +53,14 @@ def _apply(fn: Callable, *args: Any) -> np.ndarray:
 def _apply_many(fn: Callable, *blocks: np.ndarray) -> np.ndarray:
     """A regroup task: ``fn`` on several blocks' values."""
     return _wrap(fn(*(_unwrap(b) for b in blocks)))
+
+
+def _fresh_copy(value: T) -> T:
+    """A copy task of ``DaskEngine.share``: the value in fresh memory of the worker that ran it. A value fetched
+    from another worker may sit at any offset of the message that brought it, and NumPy's reductions and
+    BLAS round by alignment, so the step's numbers would depend on which worker sent which copy; arrays
+    allocated afresh are laid out as in a process of its own."""
+    return copy.deepcopy(value)
 
 
 def _call_with(fn: Callable, args: Any) -> Any:
@@ -138,22 +147,30 @@ class DaskEngine(Engine):
 
     # ----- operations -----
     def share(self, value: Any) -> Shared:
-        """One copy sent to each worker (a list that Dask's scatter deals out one item per worker), and ``map``
-        gives block i copy i modulo their number. Dask runs a task only on a worker that holds one of its
-        inputs; with the value on one worker, every block of a step ran there in turn while the others idled
-        (docs/performance.md, "Start-up and small fits"). Not Dask's broadcast: it copies with the scheduler's
-        ``replicate``, which retries without end to copy to a worker that died meanwhile, and fits that lost a
-        worker hung. A worker that joins later fetches a copy from another when a task needs it; a lost copy is
-        a lost worker's, and the step is tried again. With no worker to send it to for ``worker_timeout``
-        seconds, a ``ClusterLostError``: Dask's scatter waits that long for a running worker (its ``timeout``
-        bounds only that wait) and then fails with a bare TimeoutError."""
-        try:  # each copy one item of a list: scatter sends a list's items as separate futures
-            copies = [value] * max(1, self.n_workers)
-            return Shared(tuple(self._call(self.client.scatter, copies, hash=False, timeout=self.worker_timeout)))
+        """A copy on each worker, and ``map`` gives block i copy i modulo their number. Dask runs a task only
+        on a worker that holds one of its inputs; with the value on one worker, every block of a step ran there
+        in turn while the others idled (docs/performance.md, "Start-up and small fits"). The client sends the
+        value once; with two workers or more, a small task pinned (loosely) to each worker makes that worker
+        fetch a copy from a peer (``_fresh_copy``), so the client's upload does not grow with the workers (a
+        client far from its cluster sends a step's globals once, not once per worker).
+
+        Not Dask's broadcast: it copies with the scheduler's ``replicate``, which retries without end to copy
+        to a worker that died meanwhile, and fits that lost a worker hung; a copy task whose worker died runs
+        on another. A worker that joins later fetches a copy when a task needs it; a lost copy is a lost
+        worker's, and the step is tried again. With no worker to send it to for ``worker_timeout`` seconds, a
+        ``ClusterLostError``: Dask's scatter waits that long for a running worker (its ``timeout`` bounds only
+        that wait) and then fails with a bare TimeoutError."""
+        try:  # a one-item list: scatter would send a list's or a dict's items as separate values
+            [sent] = self._call(self.client.scatter, [value], hash=False, timeout=self.worker_timeout)
         except TimeoutError:
             if self.n_workers == 0:
                 raise ClusterLostError(f"no Dask worker for {self.worker_timeout:g} s") from None
             raise
+        workers = list(self.client.scheduler_info(n_workers=-1)["workers"])
+        if len(workers) < 2:
+            return Shared((sent,))
+        return Shared(tuple(self.client.submit(_fresh_copy, sent, workers=[worker], allow_other_workers=True,
+                                               pure=False) for worker in workers))
 
     def map(self, fn: Callable, *args: Any) -> BlockSet:
         import dask.array as da
