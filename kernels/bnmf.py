@@ -525,6 +525,14 @@ def topic_word(g: np.ndarray, h: np.ndarray) -> np.ndarray:
     return mean / mean.sum(axis=1, keepdims=True)
 
 
+def topic_tokens(g: np.ndarray, c0: float) -> np.ndarray:
+    """The tokens each topic holds: its column of q(beta)'s shapes less the prior's part, c0 (eq. 11.25:
+    g_vk = c0/V + S_vk, where S_vk counts the tokens of word v given to topic k; SVI's blend of such columns
+    estimates the corpus's). ``topic_mass`` is near 1 for every topic, as the prior holds each topic's E beta
+    near a distribution; these tell the topics the data use from those left at their prior."""
+    return g.sum(axis=0) - c0
+
+
 def topic_mass(g: np.ndarray, h: np.ndarray) -> np.ndarray:
     """sum_v E beta_vk per topic, the scale each topic carries; ``h`` V x K or one row (K,). One topic at a time,
     so that no V x K array is made besides g and h (``top_words``)."""

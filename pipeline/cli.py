@@ -25,7 +25,7 @@ import numpy as np
 from buffet.data.arrays import DEFAULT_ROWS_PER_CHUNK
 from buffet.data.errors import UserError
 from buffet.data.urls import exists, join, normalise, parse_storage_options, set_default_storage_options
-from buffet.kernels.bnmf import top_words, topic_mass
+from buffet.kernels.bnmf import top_words
 from buffet.pipeline.engine.cluster import (CLUSTER_KINDS, DASHBOARD_ADDRESS, WORKER_KINDS, configured_scheduler,
                                             dask_client)
 from buffet.pipeline.engine.codec import from_arrays
@@ -41,6 +41,7 @@ from buffet.pipeline.engine.settings import option_help
 from buffet.pipeline.registry import MODELS, models, run_experiment, spec_for
 from buffet.pipeline.reports.html import write_page
 from buffet.pipeline.reports.outputs import evaluate_run, export_run, report_run
+from buffet.pipeline.reports.topics import token_shares
 
 FLAG_ALIASES = {"n_topics": ["--k"]}
 TOPIC_MODELS = ("bnmf", "cnmf")  # models whose runs hold q(beta) as g, h
@@ -361,15 +362,16 @@ def cmd_fit(args: argparse.Namespace) -> None:
 
 
 def _print_topics(run: RunStore) -> None:
-    """The top words of the 20 heaviest topics of a topic model's run."""
+    """The top words of the 20 topics of a topic model's run that hold the most tokens, with their shares."""
     if run.model not in TOPIC_MODELS or not run.has_checkpoint():
         return
     # not the driver: that would read the whole corpus; and of the globals, q(beta)'s shapes and rates only
     arrays = from_arrays(run.read_checkpoint().globals, fields=("g", "h"))
     g, h = arrays["g"], arrays["h"]
+    share = token_shares(g, config_from(spec_for(run.model), run.params).hyper(g.shape[0]).c0)
     words = top_words(g, h, run_source(run).open().column_names())
-    for k in np.argsort(-topic_mass(g, h))[:20]:
-        print(f"topic {k:3d}: {' '.join(words[k])}")
+    for k in np.argsort(-share, kind="stable")[:20]:
+        print(f"topic {k:3d} ({share[k]:5.1%}): {' '.join(words[k])}")
 
 
 def cmd_resume(args: argparse.Namespace) -> None:

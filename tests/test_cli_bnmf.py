@@ -59,6 +59,10 @@ def test_fit_evaluate_export_report(tmp_path, store, capsys):
         assert str(path) in files and path.read_bytes()[:4] == b"\x89PNG" and path.stat().st_size > 5000
     summary = (tmp_path / "report" / "summary.md").read_text()
     assert summary.count("word") >= 8 * 10 and "final heldout_ll" in summary
+    share = arrays["topic_tokens"] / arrays["topic_tokens"].sum()  # the report's order and count: by tokens
+    listed = [int(line.split()[2]) for line in summary.splitlines() if line.split(". topic ")[0].isdigit()]
+    assert listed == list(np.argsort(-share, kind="stable"))
+    assert f"(left at their prior): {int(np.sum(share < 0.005))} of 8" in summary
 
 
 MIN_PROGRESS_LINE = 66  # bytes of a bnmf progress line past step 9: "[bnmf] step 10/84  pass=1  docs_seen=..."

@@ -2,6 +2,7 @@
 workers and chunkings, outputs, refusal of data that are not counts."""
 
 import json
+import re
 
 import numpy as np
 import pytest
@@ -60,7 +61,10 @@ def test_cli_fit_evaluate_export_report_and_determinism(tmp_path, cnmf_store, ca
     process; the same seed on 1 worker with another row chunking gives the same topics, locations and scores."""
     common = ["--k", 4, "--n-dims", 2, "--batch-size", 150, "--passes", 2, "--seed", 3, "--eval-every", 4, "--quiet"]
     fit = buffet("fit", "cnmf", cnmf_store, "--out", tmp_path / "run", "--workers", 2, "--chunk-rows", 100, *common)
-    assert "finished" in fit.stdout and "topic   0:" in fit.stdout  # the top words are printed
+    printed = re.findall(r"^topic +(\d+) \( *([\d.]+)%\): ", fit.stdout, re.M)  # each topic's share, then top words
+    assert "finished" in fit.stdout and sorted(int(k) for k, _ in printed) == [0, 1, 2, 3]
+    shares = [float(share) for _, share in printed]
+    assert shares == sorted(shares, reverse=True) and abs(sum(shares) - 100) < 0.5
     result = json.loads(run_main(capsys, "evaluate", tmp_path / "run", "--json", "--workers", 1, "--quiet"))
     assert result["model"] == "cnmf" and result["heldout_docs"] == 60 and result["steps"] == 8
     unigram = unigram_heldout_loglik(cnmf_store)   # topics must explain more than word frequencies

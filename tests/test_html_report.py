@@ -215,7 +215,7 @@ def test_bayesian_nmf_page_opens_in_chromium(tmp_path, stores, capsys):
                  "--eval-every", 1)
     page = report_page(capsys, run, tmp_path / "report")
     text = assert_self_contained(page)
-    assert "<h3>Topics (by total weight)</h3>" in text and text.count("<li>topic ") == 6
+    assert "<h3>Topics (by share of the tokens)</h3>" in text and text.count("<li>topic ") == 6
     assert "<td>batch_size</td><td><code>100</code></td>" in text
     assert assert_opens_cleanly(page, tmp_path / "profile", n_images=3)[:4] == b"\x89PNG"
 

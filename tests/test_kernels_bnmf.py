@@ -203,6 +203,18 @@ def test_svi_step_with_rho_one_on_the_whole_corpus_equals_a_batch_step():
     np.testing.assert_allclose(h_svi, h_batch, rtol=1e-15)
 
 
+def test_topic_tokens_are_the_tokens_the_local_step_gave_each_topic():
+    """After a batch update, a topic's tokens (``topic_tokens``) are the sum over words of X_dv p_k^(vd): each
+    topic's share of the corpus's tokens, summing to all of them."""
+    X, rng = _corpus(seed=6)
+    hyper, g, h = _globals(X, 4, rng)
+    res = bnmf.local_step(X.indptr, X.indices, X.data, bnmf.TopicView.from_params(g, h), hyper)
+    g_batch, h_batch = bnmf.batch_update(res.S, res.theta_sum, hyper)
+    tokens = bnmf.topic_tokens(g_batch, hyper.c0)
+    np.testing.assert_allclose(tokens, res.S.sum(axis=0), rtol=1e-10)
+    np.testing.assert_allclose(tokens.sum(), X.sum(), rtol=1e-10)
+
+
 def test_completion_loglik_matches_dense_computation():
     X, rng = _corpus(seed=5, n_docs=10, n_words=12, n_topics=3)
     hyper, g, h = _globals(X, 3, rng)

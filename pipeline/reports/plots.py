@@ -68,16 +68,16 @@ def metric_curve(trace: list[dict], x_key: str, y_key: str, x_label: str, y_labe
     return save_figure(fig, path)
 
 
-def topic_summary(words: list[list[str]], mass: np.ndarray, path: Path, show: int = 20) -> Path:
-    """Topic weights as bars, each labelled with its top words (the heaviest ``show`` topics)."""
-    order = np.argsort(-mass)[:show]
+def topic_summary(words: list[list[str]], share: np.ndarray, path: Path, show: int = 20) -> Path:
+    """Topics' shares of the tokens as bars, each labelled with its top words (the ``show`` largest)."""
+    order = np.argsort(-share, kind="stable")[:show]
     fig, ax = new_figure(figsize=(11, 0.4 * len(order) + 1))
-    ax.barh(range(len(order)), mass[order], color="tab:blue", alpha=0.35)
+    ax.barh(range(len(order)), 100 * share[order], color="tab:blue", alpha=0.35)
     for row, k in enumerate(order):
         ax.text(0, row, f"  topic {k}: " + ", ".join(words[k][:8]), va="center", fontsize=8)
     ax.set_yticks([])
     ax.invert_yaxis()
-    ax.set_xlabel("topic weight (sum of E beta over words)")
+    ax.set_xlabel("share of the tokens (%)")
     ax.set_title("topics and their top words")
     return save_figure(fig, path)
 
