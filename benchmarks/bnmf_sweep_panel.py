@@ -5,7 +5,8 @@ sparsity of the true topics, documents per minibatch and so steps per pass). ``P
 shape, size and seed; its ``half`` says when it was first looked at (``HALVES``): the "tuning" half chose the
 defaults of 2026-11-26 and "held-back" checked them; the adaptive step size was then chosen on those two and
 checked on "held-back-2", whose members were added unseen; the sweep cap was chosen on the three and checked
-on "held-back-3", added unseen after that. LDA members draw topics from a symmetric Dirichlet(eta) over V
+on "held-back-3", added unseen after that; the MAP estimate (``BNMFConfig.estimate``) was tried on all of
+those and checked on "held-back-4", added unseen after that. LDA members draw topics from a symmetric Dirichlet(eta) over V
 words (smaller eta: sparser topics) and documents from Dirichlet(alpha) topic weights with Poisson(length)
 tokens (``data.synthetic.lda_documents``); BNMF members are drawn from Bayesian NMF itself with Gamma(eta)
 topic weights per word (``data.synthetic.bnmf_corpus``). Each member holds out ``HELD_OUT`` documents.
@@ -53,7 +54,7 @@ HELD_OUT = 2000  # documents held out per generated member
 REAL_HELD_OUT = 0.2  # share of a real member's documents held out
 # in the order they were first looked at; "real" was added last, after the Reuters stories had shown the
 # adaptive step size's cost on real text (benchmarks/bnmf_passes.py)
-HALVES = ("tuning", "held-back", "held-back-2", "held-back-3", "real")
+HALVES = ("tuning", "held-back", "held-back-2", "held-back-3", "real", "held-back-4")
 CHOOSING = HALVES[:3]  # what ``choice`` reads; the last half checks it
 TARGET = 0.3  # per cent: the largest shortfall a chosen rule may have on any member
 THIRDS_SEED = 7  # the token split of the held-out documents, the same for every rule
@@ -148,12 +149,19 @@ PANEL: list[Member | RealMember] = [
     RealMember("R2", "real", "reuters", 20, 50, 502, 5),
     RealMember("R3", "real", "lee", 20, 50, 503, 5),
     RealMember("R4", "real", "wiki", 20, 50, 504, 5),
+    Member("N1", "held-back-4", "bnmf", 15000, 3000, 20, 40, 0.1, 0.3, 40, 500, 601),
+    Member("N2", "held-back-4", "lda", 20000, 8000, 50, 200, 0.02, 0.05, 50, 1000, 602),
+    Member("N3", "held-back-4", "lda", 10000, 4000, 30, 80, 0.1, 0.3, 30, 500, 603),
+    Member("N4", "held-back-4", "bnmf", 20000, 10000, 80, 250, 0.05, 0.2, 80, 1000, 604),
+    Member("N5", "held-back-4", "lda", 30000, 15000, 100, 120, 0.01, 0.02, 60, 2000, 605),
 ]
 
 def rule_settings(kappa: float, t0: float, max_sweeps: int, share_tol: float = 0.0,
-                  step_size: str = "schedule") -> dict:
-    """A rule's ``BNMFConfig`` settings, every one named, so that a change of defaults leaves the rule as it was."""
-    return {"kappa": kappa, "t0": t0, "max_sweeps": max_sweeps, "share_tol": share_tol, "step_size": step_size}
+                  step_size: str = "schedule", estimate: str = "vb") -> dict:
+    """A rule's ``BNMFConfig`` settings, every one named, so that a change of defaults leaves the rule as it was
+    (the MAP estimate's topic prior is its own default, c0 = 0.2 V, as the VB rules' is theirs)."""
+    return {"kappa": kappa, "t0": t0, "max_sweeps": max_sweeps, "share_tol": share_tol, "step_size": step_size,
+            "estimate": estimate}
 
 
 # rule name -> settings; the first three are the old settings a rule is judged against
@@ -177,6 +185,8 @@ RULES = {
     "adaptive, t0 5, 10 sweeps": rule_settings(0.6, 5.0, 10, 0.0, "adaptive"),
     "adaptive, t0 5, share .01, 15 sweeps": rule_settings(0.6, 5.0, 15, 0.01, "adaptive"),
     "adaptive, t0 5, share .01, 20 sweeps": rule_settings(0.6, 5.0, 20, 0.01, "adaptive"),
+    "MAP, kappa .6, t0 1, share .01, 30 sweeps": rule_settings(0.6, 1.0, 30, 0.01, estimate="map"),
+    "MAP, adaptive, t0 5, share .01, 20 sweeps": rule_settings(0.6, 5.0, 20, 0.01, "adaptive", "map"),
 }
 
 
@@ -192,7 +202,7 @@ def fit_and_score(m: Member, train: sp.csr_matrix, test: sp.csr_matrix, settings
     trace = [driver.step(s) for s in range(driver.total_steps())]
     seconds = time.perf_counter() - started
     g, h = driver.state.g, driver.state.h
-    ll, tokens = bnmf.threefold_completion(test.indptr, test.indices, test.data, bnmf.TopicView.from_params(g, h),
+    ll, tokens = bnmf.threefold_completion(test.indptr, test.indices, test.data, config.view(g, h),
                                            g / h, config.hyper(train.shape[1]), config.inference_settings(),
                                            np.random.default_rng(THIRDS_SEED))
     return {"heldout_ll": ll / tokens, "mean_sweeps": float(np.mean([r["mean_sweeps"] for r in trace])),

@@ -43,6 +43,11 @@ Coherence: ``topic_npmi`` of each topic's 10 most probable words, documents coun
     OPENBLAS_NUM_THREADS=1 python benchmarks/real_corpora_peers.py scores --out benchmarks/results/real_corpora_peers.jsonl
     OPENBLAS_NUM_THREADS=1 python benchmarks/real_corpora_peers.py scores --out FILE --ks 20 --budget-scales 5 --splits 0 1 2
     python benchmarks/real_corpora_peers.py table benchmarks/results/real_corpora_peers.jsonl
+
+``--set NAME=VALUE`` passes another ``BayesianNMF`` setting to its fits (its default fit too), e.g. the MAP
+estimate; write such runs to a file of their own, as the table takes every Bayesian NMF record as one system:
+
+    OPENBLAS_NUM_THREADS=1 python benchmarks/real_corpora_peers.py scores --out FILE --set estimate=map
 """
 
 from __future__ import annotations
@@ -67,6 +72,7 @@ import scipy.sparse as sp
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import drop_empty, machine, mixture_loglik, record, thirds, topic_npmi
+from common import setting as name_value
 
 CORPORA = ("reuters", "lee", "wiki")
 SYSTEMS = ("bnmf", "sklearn", "gensim", "tomotopy")
@@ -157,10 +163,13 @@ class Clock:
         self.seconds, self.cpu = time.perf_counter() - self.t0, time.process_time() - self.c0
 
 
+BNMF_SETTINGS: dict[str, float | int | str] = {}  # other BayesianNMF settings of every fit (``--set``)
+
+
 def fit_bnmf(train: sp.csr_matrix, k: int, seed: int, n: int | None) -> Fitted:
     from buffet.pipeline.estimators import BayesianNMF
 
-    model = BayesianNMF(k, seed=seed, eval_every=0, **({"passes": n} if n else {}))
+    model = BayesianNMF(k, seed=seed, eval_every=0, **BNMF_SETTINGS, **({"passes": n} if n else {}))
     with Clock() as clock:
         model.fit(train)
     mass = (model.g_ / model.h_).sum(axis=0)  # p(w|d) = sum_k theta_dk beta_kw: weights carry the topic masses
@@ -272,7 +281,7 @@ def score_cell(corpus: str, X: sp.csr_matrix, k: int, seed: int, systems: list[s
     train, test = split(X, seed)
     base = {"bench": "real_corpora_peers", "corpus": corpus, "k": k, "split": seed, "train_docs": train.shape[0],
             "test_docs": test.shape[0], "words": X.shape[1], "threads": 1, "host": os.uname().nodename,
-            "machine": machine()}
+            "machine": machine(), "bnmf_settings": BNMF_SETTINGS}
     defaults = {}
     for system in systems:
         load = os.getloadavg()[0]
@@ -295,6 +304,7 @@ def score_cell(corpus: str, X: sp.csr_matrix, k: int, seed: int, systems: list[s
 
 
 def scores(args: argparse.Namespace) -> None:
+    BNMF_SETTINGS.update(args.set)
     for corpus in args.corpora:
         X, _ = LOADERS[corpus]()
         for k in args.ks:
@@ -362,6 +372,8 @@ def main() -> None:
     run.add_argument("--systems", nargs="+", choices=SYSTEMS, default=list(SYSTEMS))
     run.add_argument("--budget-scales", nargs="+", type=float, default=[1.0],
                      help="equal-time budgets as multiples of the longest default fit (1: that fit's own time)")
+    run.add_argument("--set", action="append", default=[], type=name_value, metavar="NAME=VALUE",
+                     help="another BayesianNMF setting for every Bayesian NMF fit (repeatable; recorded)")
     show = sub.add_parser("table", help="print the markdown tables of a results file")
     show.add_argument("results", type=Path)
     args = parser.parse_args()

@@ -49,10 +49,22 @@ class TopicView:
     beta_sum: np.ndarray       # (K,)   sum_v E beta_vk
 
     @classmethod
-    def from_params(cls, g: np.ndarray, h: np.ndarray, dtype=np.float64, threads: int = 1) -> "TopicView":
-        """The view of every word: ``exp_elog_beta`` of g and h, and the sums of E beta = g / h. ``h`` is
-        (V, K) or, the same for every word, one row (K,)."""
-        return cls(exp_elog_beta(g, h, dtype, threads), (g / h).sum(axis=0))
+    def from_params(cls, g: np.ndarray, h: np.ndarray, dtype=np.float64, threads: int = 1,
+                    means: bool = False) -> "TopicView":
+        """The view of every word: ``exp_elog_beta`` of g and h (``word_weights``), and the sums of
+        E beta = g / h. ``h`` is (V, K) or, the same for every word, one row (K,)."""
+        return cls(word_weights(g, h, dtype, threads, means), (g / h).sum(axis=0))
+
+
+def word_weights(g: np.ndarray, h: np.ndarray, dtype=np.float64, threads: int = 1, means: bool = False,
+                 overwrite: bool = False) -> np.ndarray:
+    """What a local sweep weighs each word's topics by: exp(E ln beta) (``exp_elog_beta``, variational Bayes),
+    or with ``means`` E beta = g / h, the MAP estimate's (``LocalSettings.means``); arguments as
+    ``exp_elog_beta``'s."""
+    if not means:
+        return exp_elog_beta(g, h, dtype, threads, overwrite)
+    out = np.divide(g, h, out=g if overwrite and g.dtype == np.float64 else None)
+    return out if out.dtype == dtype else out.astype(dtype)
 
 
 def exp_elog_beta(g: np.ndarray, h: np.ndarray, dtype=np.float64, threads: int = 1,
@@ -152,17 +164,21 @@ class _Workspace:
 
 
 def _sweep(B: np.ndarray, x: np.ndarray, a: np.ndarray, rate: np.ndarray, a0: float,
-           t: np.ndarray, t_lo: np.ndarray, ratio: np.ndarray, s: np.ndarray, a_new: np.ndarray) -> None:
+           t: np.ndarray, t_lo: np.ndarray, ratio: np.ndarray, s: np.ndarray, a_new: np.ndarray,
+           means: bool = False) -> None:
     """One update of p^(vd) then a_d for a padded group (eqs. 11.24 and 11.28).
 
-    Writes exp(E ln theta) (used for p) into ``t``, x / normaliser per word into ``ratio`` and
-    the new shapes into ``a_new``; nothing is allocated. Padding rows of ``B`` hold ones (see
+    Writes exp(E ln theta) (used for p; with ``means`` E theta = a / rate, ``LocalSettings.means``) into ``t``,
+    x / normaliser per word into ``ratio`` and the new shapes into ``a_new``; nothing is allocated. Padding rows of ``B`` hold ones (see
     ``_fit_group``), so their normaliser is positive and their ratio exactly 0 without a mask.
     In float64 ``t_lo`` is ``t`` and ``s`` is ``a_new``; with a float32 ``B`` they are float32
     buffers for the two products, while ``a`` and ``t`` stay float64.
     """
-    digamma(a, out=t)
-    np.exp(t, out=t)
+    if means:
+        np.copyto(t, a)
+    else:
+        digamma(a, out=t)
+        np.exp(t, out=t)
     t /= rate
     if t_lo is not t:
         t_lo[...] = t
@@ -201,13 +217,17 @@ class LocalSettings:
     document of 30 tokens as of 3000, where ``tol`` is an absolute amount that a long document
     meets many sweeps later than a short one. ``accelerate`` runs the sweeps in SQUAREM cycles
     (``_extrapolate``): fewer sweeps per document, but a document may stop at a different
-    local optimum of its ELBO than plain iteration, so results differ from the default's.
+    local optimum of its ELBO than plain iteration, so results differ from the default's. ``means`` sweeps with
+    E theta = a / rate in place of exp(E ln theta), with a view holding E beta (``word_weights``): each sweep is
+    then an EM step towards the MAP estimate of theta_d under Gamma(a0 + 1, b0), whose mode is the mean a / rate
+    (docs/models/bnmf.md, "The MAP estimate").
     """
 
     tol: float = 1e-3
     max_sweeps: int = 100
     accelerate: bool = False
     share_tol: float = 0.0
+    means: bool = False
 
 
 def local_step(indptr: np.ndarray, indices: np.ndarray, counts: np.ndarray, view: TopicView,
@@ -332,7 +352,7 @@ def _fit_group(indptr, indices, counts, view, hyper, settings, docs, a, rate,
         a_in, a_out = a_in_buf[:m], a_out_buf[:m]
         t, ratio = t_buf[:m], ratio_buf[:m]
         t_lo, s = (t_lo_buf[:m], s_buf[:m]) if single else (t, a_out)
-        _sweep(B, x, a_in, rate, hyper.a0, t, t_lo, ratio, s, a_out)
+        _sweep(B, x, a_in, rate, hyper.a0, t, t_lo, ratio, s, a_out, settings.means)
         if sweep == max_sweeps:
             done = live
         else:
@@ -386,6 +406,27 @@ def local_elbo(indptr: np.ndarray, indices: np.ndarray, counts: np.ndarray, view
     data = float(counts @ np.log(phi)) - float(view.beta_sum @ (a / rate).sum(axis=0)) \
         - float(gammaln(counts + 1).sum())
     return data + float(gamma_kl_terms(a, rate[None, :], hyper.a0, hyper.b0).sum())
+
+
+def map_local_objective(indptr: np.ndarray, indices: np.ndarray, counts: np.ndarray, view: TopicView,
+                        hyper: Hyper, a: np.ndarray) -> float:
+    """The chunk's share of the MAP objective (docs/models/bnmf.md, "The MAP estimate") at theta = a / rate and
+    the beta of ``view`` (a view of the means, ``TopicView.from_params(..., means=True)``): the Poisson log
+    likelihood of the counts plus sum_dk ln Gamma(theta_kd; a0 + 1, b0)."""
+    theta = a / theta_rate(view, hyper)
+    mean = normalisers(indptr, indices, view.exp_elog_beta, theta)
+    data = float(counts @ np.log(mean)) - float(view.beta_sum @ theta.sum(axis=0)) - float(gammaln(counts + 1).sum())
+    return data + float(gamma_log_density(theta, hyper.a0 + 1.0, hyper.b0).sum())
+
+
+def map_global_objective(g: np.ndarray, h: np.ndarray, hyper: Hyper) -> float:
+    """The topics' share of the MAP objective: sum_vk ln Gamma(beta_vk; c0/V + 1, c0) at beta = g / h."""
+    return float(gamma_log_density(g / h, hyper.c0 / hyper.n_words + 1.0, hyper.c0).sum())
+
+
+def gamma_log_density(x: np.ndarray, shape: float, rate: float) -> np.ndarray:
+    """ln Gamma(x; shape, rate), elementwise."""
+    return shape * np.log(rate) - gammaln(shape) + (shape - 1.0) * np.log(x) - rate * x
 
 
 def gamma_kl_terms(shape: np.ndarray, rate: np.ndarray, a0: float, b0: float) -> np.ndarray:

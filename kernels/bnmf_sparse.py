@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from buffet.kernels.bnmf import Hyper, TopicView, exp_elog_beta
+from buffet.kernels.bnmf import Hyper, TopicView, word_weights
 
 WORDS = "words"  # the statistics' key of the sorted word ids the rows of "S" belong to
 RESCALE_BELOW = 1e-100  # P is folded into E when it falls below this (or to 0, a step of rho = 1)
@@ -92,9 +92,10 @@ class LazyTopics:
         """sum_v E beta_vk = sum_v g_vk / h_k (the rate of q(theta), eq. 11.29)."""
         return (self.P * self.column_sums + len(self.E) * self.prior * (1.0 - self.P)) / self.rate
 
-    def view(self, words: np.ndarray | None, dtype=np.float64, threads: int = 1) -> TopicView:
-        """What the local steps of documents using only ``words`` (every word with None) read (eq. 11.24)."""
-        return TopicView(exp_elog_beta(self.shapes(words), self.rate, dtype, threads, overwrite=True),
+    def view(self, words: np.ndarray | None, dtype=np.float64, threads: int = 1, means: bool = False) -> TopicView:
+        """What the local steps of documents using only ``words`` (every word with None) read (eq. 11.24; with
+        ``means``, E beta: ``kernels.bnmf.word_weights``)."""
+        return TopicView(word_weights(self.shapes(words), self.rate, dtype, threads, means, overwrite=True),
                          self.mean_sums())
 
     def distance(self, words: np.ndarray, S: np.ndarray, scale: float, prior: float) -> float:

@@ -28,17 +28,20 @@ def _best_match_cosine(true_topics, learned_topics):
     return (t.T @ ell).max(axis=1).mean()
 
 
-def test_svi_recovers_the_generating_topics(model_corpus):
-    model = BayesianNMF(n_topics=10, batch_size=100, passes=10, eval_every=1000).fit(model_corpus.X)
+@pytest.mark.parametrize("estimate", ["vb", "map"])
+def test_svi_recovers_the_generating_topics(model_corpus, estimate):
+    model = BayesianNMF(n_topics=10, batch_size=100, passes=10, eval_every=1000, estimate=estimate).fit(model_corpus.X)
     assert _best_match_cosine(model_corpus.topics, model.g_ / model.h_) >= 0.95
 
 
-def test_batch_fit_elbo_is_monotone_and_scores_improve(model_corpus):
+@pytest.mark.parametrize("estimate", ["vb", "map"])
+def test_batch_fit_objective_is_monotone_and_scores_improve(model_corpus, estimate):
+    """The ELBO, or for the MAP estimate the log posterior density (the trace's ``elbo`` either way)."""
     X = model_corpus.X[:600]
-    model = BayesianNMF(n_topics=10, mode="batch", max_iter=30, eval_every=1000).fit(X)
+    model = BayesianNMF(n_topics=10, mode="batch", max_iter=30, eval_every=1000, estimate=estimate).fit(X)
     elbo = np.array([r["elbo"] for r in model.trace_])
     assert (np.diff(elbo) >= -1e-9 * np.abs(elbo[1:])).all()
-    fresh = BayesianNMF(n_topics=10, mode="batch", max_iter=1, eval_every=1000).fit(X)
+    fresh = BayesianNMF(n_topics=10, mode="batch", max_iter=1, eval_every=1000, estimate=estimate).fit(X)
     held = model_corpus.X[1900:]
     assert model.score(held) > fresh.score(held)
 
@@ -95,7 +98,7 @@ def test_resumed_run_ends_like_an_uninterrupted_run(tmp_path, corpus_store, mode
 
 
 @pytest.mark.parametrize("mode, options", [("batch", {}), ("svi", {}), ("svi", {"accelerate": True}),
-                                           ("svi", {"step_size": "adaptive", "t0": 5.0})])
+                                           ("svi", {"step_size": "adaptive", "t0": 5.0}), ("svi", {"estimate": "map"})])
 def test_same_seed_same_topics_on_1_and_2_workers_and_other_chunkings(tmp_path, corpus_store, clients, mode, options):
     """In float64, with or without SQUAREM sweeps, on worker processes or threads (``--precision float32``
     is not covered: its rounding turns the float64 reduction-order noise into ~1e-5 differences on a

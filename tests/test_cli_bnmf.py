@@ -65,6 +65,18 @@ def test_fit_evaluate_export_report(tmp_path, store, capsys):
     assert f"(left at their prior): {int(np.sum(share < 0.005))} of 8" in summary
 
 
+def test_map_estimate_end_to_end(tmp_path, store, capsys):
+    """``--estimate map`` through fit, evaluate and export in this process: topics that explain more than the
+    word frequencies, with the MAP estimate's topic prior (c0 = 0.2 V) in the export's token counts."""
+    run = tmp_path / "run"
+    run_main(capsys, "fit", "bnmf", store, "--out", run, "--k", 8, "--batch-size", 200, "--passes", 2, "--seed", 4,
+             "--estimate", "map", "--quiet", "--executor", "process")
+    result = json.loads(run_main(capsys, "evaluate", run, "--json", "--quiet", "--executor", "process"))
+    assert unigram_heldout_loglik(str(store)) + MARGIN < result["heldout_loglik_per_word"] < 0, result
+    arrays = exported(capsys, run, tmp_path / "fit.npz")
+    np.testing.assert_allclose(arrays["topic_tokens"], arrays["g"].sum(axis=0) - 0.2 * 400)
+
+
 MIN_PROGRESS_LINE = 66  # bytes of a bnmf progress line past step 9: "[bnmf] step 10/84  pass=1  docs_seen=..."
 
 

@@ -33,10 +33,11 @@ def _squarem_reference(x0, x1, x2, floor):
     return np.where(out <= floor, x2, out)
 
 
-def _per_document_reference(X, view, hyper, tol, max_sweeps, accelerate=False, share_tol=0.0):
+def _per_document_reference(X, view, hyper, tol, max_sweeps, accelerate=False, share_tol=0.0, means=False):
     """The local step written as a plain loop over documents (no grouping, no padding); with
     ``accelerate`` every third sweep starts from the SQUAREM point of the two before; a document
-    also stops once less than ``share_tol`` of its tokens change topic (half the total change)."""
+    also stops once less than ``share_tol`` of its tokens change topic (half the total change); with ``means``
+    the document's weights are the means a / rate (the MAP estimate's EM) instead of exp(E ln theta)."""
     n_docs, n_topics = X.shape[0], view.exp_elog_beta.shape[1]
     rate = hyper.b0 + view.beta_sum
     A = np.zeros((n_docs, n_topics))
@@ -51,7 +52,7 @@ def _per_document_reference(X, view, hyper, tol, max_sweeps, accelerate=False, s
         B = view.exp_elog_beta[idx]
         history = []
         for sweep in range(1, max_sweeps + 1):
-            t = np.exp(digamma(a)) / rate
+            t = (a if means else np.exp(digamma(a))) / rate
             phi = B @ t
             a_new = hyper.a0 + t * (B.T @ (x / phi))
             change = np.abs(a_new - a)
@@ -66,14 +67,18 @@ def _per_document_reference(X, view, hyper, tol, max_sweeps, accelerate=False, s
     return A, S
 
 
+@pytest.mark.parametrize("means", [False, True])
 @pytest.mark.parametrize("accelerate", [False, True])
 @pytest.mark.parametrize("max_sweeps", [3, 200])
-def test_vectorised_local_step_equals_per_document_loop(max_sweeps, accelerate):
+def test_vectorised_local_step_equals_per_document_loop(max_sweeps, accelerate, means):
     X, rng = _corpus()
     hyper, g, h = _globals(X, 4, rng)
-    view = bnmf.TopicView.from_params(g, h)
-    res = bnmf.local_step(X.indptr, X.indices, X.data, view, hyper, bnmf.LocalSettings(1e-4, max_sweeps, accelerate))
-    A, S = _per_document_reference(X, view, hyper, tol=1e-4, max_sweeps=max_sweeps, accelerate=accelerate)
+    view = bnmf.TopicView.from_params(g, h, means=means)
+    np.testing.assert_array_equal(view.exp_elog_beta, g / h if means else np.exp(digamma(g) - np.log(h)))
+    res = bnmf.local_step(X.indptr, X.indices, X.data, view, hyper,
+                          bnmf.LocalSettings(1e-4, max_sweeps, accelerate, means=means))
+    A, S = _per_document_reference(X, view, hyper, tol=1e-4, max_sweeps=max_sweeps, accelerate=accelerate,
+                                   means=means)
     # Both run the same fixed-point sweeps, so they differ by rounding (<= 4e-12 here, SQUAREM steps
     # included), which the sweeps do not amplify. Unlike a line search, the only decision (stop when the
     # mean |change| < 1e-4) is made on numbers ~1e10 times their rounding: it falls the same way on any CPU.
@@ -168,25 +173,50 @@ def test_local_elbo_is_the_bound_at_the_optimal_p():
     assert _bound_with_p(X, g, h, A, rate, hyper, other) < best
 
 
-def _batch_run(X, n_topics, n_iter, seed=0):
-    """Batch VB in memory with the kernels, recording the ELBO after every iteration."""
+def test_map_objective_is_the_log_posterior_density_at_the_means():
+    """``map_local_objective`` + ``map_global_objective`` = ln p(X | beta, theta) + ln p(beta) + ln p(theta) with
+    Poisson counts and the priors' shapes one larger, at beta = g / h and theta = a / rate, summed entry by
+    entry."""
+    from scipy.stats import gamma, poisson
+
+    X, rng = _corpus(seed=2, n_docs=8, n_words=10, n_topics=3)
+    hyper, g, h = _globals(X, 3, rng)
+    view = bnmf.TopicView.from_params(g, h, means=True)
+    A = rng.gamma(2.0, 1.0, size=(X.shape[0], 3))
+    beta, theta = g / h, A / bnmf.theta_rate(view, hyper)
+    counts = X.toarray()
+    expected = (poisson.logpmf(counts, theta @ beta.T).sum()
+                + gamma.logpdf(beta, hyper.c0 / hyper.n_words + 1, scale=1 / hyper.c0).sum()
+                + gamma.logpdf(theta, hyper.a0 + 1, scale=1 / hyper.b0).sum())
+    got = (bnmf.map_local_objective(X.indptr, X.indices, X.data, view, hyper, A)
+           + bnmf.map_global_objective(g, h, hyper))
+    assert got == pytest.approx(expected, rel=1e-12)
+
+
+def _batch_run(X, n_topics, n_iter, seed=0, means=False):
+    """Batch VB in memory with the kernels, recording the ELBO after every iteration; with ``means``, the MAP
+    estimate's EM and its objective."""
     rng = np.random.default_rng(seed)
     hyper, g, h = _globals(X, n_topics, rng)
+    local, topics = (bnmf.map_local_objective, bnmf.map_global_objective) if means else (bnmf.local_elbo,
+                                                                                         bnmf.global_elbo)
     a, trace = None, []
     for _ in range(n_iter):
-        view = bnmf.TopicView.from_params(g, h)
+        view = bnmf.TopicView.from_params(g, h, means=means)
         if a is not None:
-            trace.append(bnmf.local_elbo(X.indptr, X.indices, X.data, view, hyper, a)
-                         + bnmf.global_elbo(g, h, hyper))
-        res = bnmf.local_step(X.indptr, X.indices, X.data, view, hyper, bnmf.LocalSettings(1e-6, 50), a_start=a)
+            trace.append(local(X.indptr, X.indices, X.data, view, hyper, a) + topics(g, h, hyper))
+        res = bnmf.local_step(X.indptr, X.indices, X.data, view, hyper, bnmf.LocalSettings(1e-6, 50, means=means),
+                              a_start=a)
         a = res.a
         g, h = bnmf.batch_update(res.S, res.theta_sum, hyper)
     return np.array(trace), g, h
 
 
-def test_batch_elbo_never_decreases():
+@pytest.mark.parametrize("means", [False, True])
+def test_batch_objective_never_decreases(means):
+    """The ELBO of batch VB, and the log posterior density of the MAP estimate's EM (``means``)."""
     X, _ = _corpus(seed=3, n_docs=80, n_words=50, n_topics=5)
-    trace, _, _ = _batch_run(X, 5, 40)
+    trace, _, _ = _batch_run(X, 5, 40, means=means)
     steps = np.diff(trace)
     assert (steps >= -1e-9 * np.abs(trace[1:])).all(), steps.min()
     assert trace[-1] > trace[0]

@@ -122,7 +122,7 @@ class BayesianNMF(_TopicModel):
         ``normalize`` (the local step, run to ``local_tol`` or ``eval_max_sweeps`` sweeps)."""
         m, config = self._counts(X), self._config()
         hyper = config.hyper(m.shape[1])
-        view = bnmf.TopicView.from_params(self.g_, self.h_)
+        view = config.view(self.g_, self.h_)
         res = bnmf.local_step(m.indptr, m.indices, m.data, view, hyper, config.inference_settings(),
                               with_stats=False)
         weights = res.a / bnmf.theta_rate(view, hyper)
@@ -132,7 +132,7 @@ class BayesianNMF(_TopicModel):
         """Held-out per-word log likelihood of the documents of ``X`` by threefold document completion
         (paper 002, Sec. 11.6); higher is better."""
         m, config = self._counts(X), self._config()
-        ll, tokens = bnmf.threefold_completion(m.indptr, m.indices, m.data, bnmf.TopicView.from_params(self.g_, self.h_),
+        ll, tokens = bnmf.threefold_completion(m.indptr, m.indices, m.data, config.view(self.g_, self.h_),
                                                self.g_ / self.h_, config.hyper(m.shape[1]),
                                                config.inference_settings(), stream(config.seed, "score"))
         return ll / max(tokens, 1.0)

@@ -20,6 +20,8 @@ from buffet.pipeline.models.state import DriverState
 from buffet.pipeline.models.topics import CLIENT_THREADS, Corpus, TopicModelConfig, scheduled_step
 
 TOPIC_SHAPE = 0.5  # the default shape c0 / V of the topic prior beta_vk ~ Gamma(c0/V, c0)
+MAP_TOPIC_SHAPE = 0.2  # the same for the MAP estimate (``BNMFConfig.estimate``)
+ESTIMATES = ("vb", "map")
 SVI_SHAPES = "svi_shapes"  # the globals' name of the lazy shapes' own values (``BNMFState.to_arrays``)
 # A minibatch is sent the whole vocabulary's view, without first gathering its words, when that view holds at
 # most this many entries (words x K) beyond the words the last minibatch touched: computing them (about 12 ns
@@ -57,12 +59,19 @@ class BNMFConfig(TopicModelConfig):
     """
 
     c0: float | None = option(None, "Topic prior strength: beta_vk ~ Gamma(c0/V, c0), mean 1/V (> 0; unset: 0.5 V, "
-                                    "a shape of 0.5 per word). Larger smooths topics more; smaller lets them be "
-                                    "sparser, and can make held-out scores fall with more passes.")
+                                    "a shape of 0.5 per word; 0.2 V with --estimate map). Larger smooths topics "
+                                    "more; smaller lets them be sparser, and can make held-out scores fall with "
+                                    "more passes.")
     a0: float | None = option(None, "Shape of the document weights' prior theta_kd ~ Gamma(a0, b0) (> 0; unset: "
                                     "1/K, paper 002). Smaller makes each document use fewer topics.")
     b0: float | None = option(None, "Rate of the document weights' prior theta_kd ~ Gamma(a0, b0) (> 0; unset: "
                                     "1/K). The prior mean of theta is a0/b0.")
+    estimate: str = option("vb", "What is fitted: 'vb' the variational posterior q(beta), q(theta) of paper 002; "
+                                 "'map' the MAP estimate of beta and theta under priors whose shapes are one "
+                                 "larger, by EM (online EM in SVI), whose local sweeps use the means where VB uses "
+                                 "exp(E ln): fewer topics left empty, and on the real text measured higher held-out "
+                                 "scores (docs/models/bnmf.md, 'The MAP estimate'). Its topic prior defaults to "
+                                 "c0 = 0.2 V.")
     kappa: float = inherited_option(TopicModelConfig, "kappa", 0.6)
     t0: float = inherited_option(TopicModelConfig, "t0", 1.0)
     step_size: str = option("schedule", "SVI step sizes: 'schedule' takes rho_t = (t0 + t)^-kappa; 'adaptive' the "
@@ -90,20 +99,32 @@ class BNMFConfig(TopicModelConfig):
             raise UserError(f"share_tol must be in [0, 1), got {self.share_tol}")
         if self.step_size not in ("adaptive", "schedule"):
             raise UserError(f"step_size must be 'adaptive' or 'schedule', got {self.step_size!r}")
+        if self.estimate not in ESTIMATES:
+            raise UserError(f"estimate must be 'vb' or 'map', got {self.estimate!r}")
         if self.precision not in ("float64", "float32"):
             raise UserError(f"precision must be 'float64' or 'float32', got {self.precision!r}")
 
+    @property
+    def means(self) -> bool:
+        """Whether the local sweeps and views use the means (the MAP estimate) instead of exp(E ln)."""
+        return self.estimate == "map"
+
     def local_settings(self) -> bnmf.LocalSettings:
         """How the training local steps run."""
-        return bnmf.LocalSettings(self.local_tol, self.max_sweeps, self.accelerate, self.share_tol)
+        return bnmf.LocalSettings(self.local_tol, self.max_sweeps, self.accelerate, self.share_tol, self.means)
 
     def inference_settings(self) -> bnmf.LocalSettings:
         """How documents are fitted with the topics fixed for evaluation and ``transform``."""
-        return bnmf.LocalSettings(self.local_tol, self.eval_max_sweeps, self.accelerate)
+        return bnmf.LocalSettings(self.local_tol, self.eval_max_sweeps, self.accelerate, means=self.means)
+
+    def view(self, g: np.ndarray, h: np.ndarray) -> bnmf.TopicView:
+        """The float64 view of topics g, h that this estimate's local steps read."""
+        return bnmf.TopicView.from_params(g, h, means=self.means)
 
     def hyper(self, n_words: int) -> bnmf.Hyper:
         base = bnmf.Hyper.paper_defaults(n_words, self.n_topics)
-        return bnmf.Hyper(c0=TOPIC_SHAPE * n_words if self.c0 is None else self.c0,
+        shape = MAP_TOPIC_SHAPE if self.means else TOPIC_SHAPE
+        return bnmf.Hyper(c0=shape * n_words if self.c0 is None else self.c0,
                           a0=base.a0 if self.a0 is None else self.a0,
                           b0=base.b0 if self.b0 is None else self.b0, n_words=n_words)
 
@@ -196,7 +217,7 @@ class BNMF:
     def local_view(self, state: BNMFState) -> bnmf.TopicView:
         """The topic expectations the local steps sweep with, in the configured precision."""
         return bnmf.TopicView.from_params(state.g, state.topics.rate, dtype=np.dtype(self.config.precision),
-                                          threads=CLIENT_THREADS)
+                                          threads=CLIENT_THREADS, means=self.config.means)
 
     def batch_local(self, rows: CSRRows, a: np.ndarray | None, view: bnmf.TopicView) -> tuple[np.ndarray, dict]:
         """q(theta_d) of a block warm-started from its last shapes, with the block's statistics."""
@@ -223,7 +244,8 @@ class BNMF:
             union, words = np.arange(len(state.topics.E)), None
         else:
             union = words = np.unique(np.concatenate(engine.collect(prepared)))
-        view = state.topics.view(words, dtype=np.dtype(self.config.precision), threads=CLIENT_THREADS)
+        view = state.topics.view(words, dtype=np.dtype(self.config.precision), threads=CLIENT_THREADS,
+                                 means=self.config.means)
         return engine.reduce(engine.map(self.svi_local, blocks, engine.share((union, view))),
                              combine=bnmf_sparse.add_word_stats)
 
@@ -243,13 +265,17 @@ class BNMF:
         return BNMFState.of(g, h, state.docs_seen)
 
     def local_elbo(self, rows: CSRRows, a: np.ndarray, view: bnmf.TopicView) -> dict:
-        return {"elbo": bnmf.local_elbo(rows.indptr, rows.indices, rows.data, view, self.hyper, a)}
+        """A block's terms of the objective: the ELBO's, or the MAP objective's (``BNMFConfig.estimate``)."""
+        terms = bnmf.map_local_objective if self.config.means else bnmf.local_elbo
+        return {"elbo": terms(rows.indptr, rows.indices, rows.data, view, self.hyper, a)}
 
     def objective(self, engine: Engine, rows: BlockSet, locals_: BlockSet, state: BNMFState) -> float:
-        """The ELBO at the new globals: the documents' terms, reduced, plus q(beta)'s."""
+        """The ELBO (or with the MAP estimate, the log posterior density at it) at the new globals: the
+        documents' terms, reduced, plus the topics'."""
         view = engine.share(self.local_view(state))
         local = engine.reduce(engine.map(self.local_elbo, rows, locals_, view))["elbo"]
-        return local + bnmf.global_elbo(state.g, state.topics.rate, self.hyper)
+        topics = bnmf.map_global_objective if self.config.means else bnmf.global_elbo
+        return local + topics(state.g, state.topics.rate, self.hyper)
 
     def step_size(self, state: BNMFState, stats: dict, scale: float, step: int) -> float:
         """rho of SVI step ``step``: the schedule's (t0 + t)^-kappa, or with ``step_size`` "adaptive" the larger
@@ -273,7 +299,7 @@ class BNMF:
     def eval_view(self, state: BNMFState) -> tuple[bnmf.TopicView, np.ndarray]:
         """What document completion reads: the float64 topic view and E[beta]."""
         g, rate = state.g, state.topics.rate
-        return bnmf.TopicView.from_params(g, rate), g / rate
+        return self.config.view(g, rate), g / rate
 
     def completion(self, rows: CSRRows, block: int, view: tuple[bnmf.TopicView, np.ndarray]) -> dict:
         """Threefold document completion of a block of held-out documents (paper 002, Sec. 11.6)."""
