@@ -270,7 +270,8 @@ def main() -> None:
         out["heldout_ll"] = heldout_ll(model, driver, store)
         if model == "cnmf" and args.profile:
             out["local_step_profile"] = local_step_profile(driver, store)
-        record(args.results, {"bench": "cnmf_vs_bnmf", "model": model, "tag": args.tag, "set": dict(args.set), "store": store, "k": args.k,
+        record(args.results, {"bench": "cnmf_vs_bnmf", "model": model, "tag": args.tag,
+                              "set": dict(args.set) if model == "cnmf" else {}, "store": store, "k": args.k,
                               "batch_size": args.batch_size, "workers": args.workers, "chunk_rows": config.chunk_rows,
                               **({"n_dims": args.n_dims} if model == "cnmf" else {}), **out, "machine": machine()})
 
