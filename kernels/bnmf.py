@@ -169,8 +169,9 @@ def _sweep(B: np.ndarray, x: np.ndarray, a: np.ndarray, rate: np.ndarray, a0: fl
     """One update of p^(vd) then a_d for a padded group (eqs. 11.24 and 11.28).
 
     Writes exp(E ln theta) (used for p; with ``means`` E theta = a / rate, ``LocalSettings.means``) into ``t``,
-    x / normaliser per word into ``ratio`` and the new shapes into ``a_new``; nothing is allocated. Padding rows of ``B`` hold ones (see
-    ``_fit_group``), so their normaliser is positive and their ratio exactly 0 without a mask.
+    x / normaliser per word into ``ratio`` and the new shapes into ``a_new``; nothing is allocated. Padding
+    rows of ``B`` hold ones (see ``_fit_group``), so their normaliser is positive and their ratio exactly 0
+    without a mask.
     In float64 ``t_lo`` is ``t`` and ``s`` is ``a_new``; with a float32 ``B`` they are float32
     buffers for the two products, while ``a`` and ``t`` stay float64.
     """
