@@ -6,10 +6,11 @@ shape, size and seed; its ``half`` says when it was first looked at (``HALVES``)
 defaults of 2026-11-26 and "held-back" checked them; the adaptive step size was then chosen on those two and
 checked on "held-back-2", whose members were added unseen; the sweep cap was chosen on the three and checked
 on "held-back-3", added unseen after that; the MAP estimate (``BNMFConfig.estimate``) was tried on all of
-those and checked on "held-back-4", added unseen after that. LDA members draw topics from a symmetric Dirichlet(eta) over V
-words (smaller eta: sparser topics) and documents from Dirichlet(alpha) topic weights with Poisson(length)
-tokens (``data.synthetic.lda_documents``); BNMF members are drawn from Bayesian NMF itself with Gamma(eta)
-topic weights per word (``data.synthetic.bnmf_corpus``). Each member holds out ``HELD_OUT`` documents.
+those and checked on "held-back-4", added unseen after that. LDA members draw topics from a symmetric
+Dirichlet(eta) over V words (smaller eta: sparser topics) and documents from Dirichlet(alpha) topic weights
+with Poisson(length) tokens (``data.synthetic.lda_documents``); BNMF members are drawn from Bayesian NMF itself
+with Gamma(eta) topic weights per word (``data.synthetic.bnmf_corpus``). Each member holds out ``HELD_OUT``
+documents.
 
 ``scores`` fits every rule of ``RULES`` once per member and seed (the seed of the fit: initial topics and
 minibatch order; the corpus is the member's), one SVI pass in this process, and records the held-out
