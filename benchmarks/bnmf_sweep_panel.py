@@ -53,8 +53,8 @@ from buffet.pipeline.reports.bnmf import make_driver
 
 HELD_OUT = 2000  # documents held out per generated member
 REAL_HELD_OUT = 0.2  # share of a real member's documents held out
-# in the order they were first looked at; "real" was added last, after the Reuters stories had shown the
-# adaptive step size's cost on real text (benchmarks/bnmf_passes.py)
+# in the order they were first looked at; "real" was added after the Reuters stories had shown the adaptive
+# step size's cost on real text (benchmarks/bnmf_passes.py), "held-back-4" to check the MAP estimate
 HALVES = ("tuning", "held-back", "held-back-2", "held-back-3", "real", "held-back-4")
 CHOOSING = HALVES[:3]  # what ``choice`` reads; the last half checks it
 TARGET = 0.3  # per cent: the largest shortfall a chosen rule may have on any member
