@@ -75,6 +75,12 @@ def test_map_estimate_end_to_end(tmp_path, store, capsys):
     assert unigram_heldout_loglik(str(store)) + MARGIN < result["heldout_loglik_per_word"] < 0, result
     arrays = exported(capsys, run, tmp_path / "fit.npz")
     np.testing.assert_allclose(arrays["topic_tokens"], arrays["g"].sum(axis=0) - 0.2 * 400)
+    batch = tmp_path / "batch"  # in batch mode the report names the objective for what it is
+    run_main(capsys, "fit", "bnmf", store, "--out", batch, "--k", 8, "--mode", "batch", "--max-iter", 3,
+             "--estimate", "map", "--quiet", "--executor", "process")
+    run_main(capsys, "report", batch, "--out", tmp_path / "report")
+    summary = (tmp_path / "report" / "summary.md").read_text()
+    assert "- final log posterior density: " in summary and "elbo" not in summary
 
 
 MIN_PROGRESS_LINE = 66  # bytes of a bnmf progress line past step 9: "[bnmf] step 10/84  pass=1  docs_seen=..."
