@@ -103,7 +103,11 @@ class DaskEngine(Engine):
 
     @property
     def n_workers(self) -> int:
-        return len(self.client.scheduler_info(n_workers=-1)["workers"])
+        return len(self._workers())
+
+    def _workers(self) -> list[str]:
+        """The addresses of the cluster's workers, as the client last heard them."""
+        return list(self.client.scheduler_info(n_workers=-1)["workers"])
 
     # ----- making BlockSets -----
     def from_values(self, values: Sequence[Any]) -> BlockSet:
@@ -166,7 +170,7 @@ class DaskEngine(Engine):
             if self.n_workers == 0:
                 raise ClusterLostError(f"no Dask worker for {self.worker_timeout:g} s") from None
             raise
-        workers = list(self.client.scheduler_info(n_workers=-1)["workers"])
+        workers = self._workers()
         if len(workers) < 2:
             return Shared((sent,))
         return Shared(tuple(self.client.submit(_fresh_copy, sent, workers=[worker], allow_other_workers=True,

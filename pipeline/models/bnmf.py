@@ -117,9 +117,9 @@ class BNMFConfig(TopicModelConfig):
         """How documents are fitted with the topics fixed for evaluation and ``transform``."""
         return bnmf.LocalSettings(self.local_tol, self.eval_max_sweeps, self.accelerate, means=self.means)
 
-    def view(self, g: np.ndarray, h: np.ndarray) -> bnmf.TopicView:
-        """The float64 view of topics g, h that this estimate's local steps read."""
-        return bnmf.TopicView.from_params(g, h, means=self.means)
+    def view(self, g: np.ndarray, h: np.ndarray, dtype=np.float64, threads: int = 1) -> bnmf.TopicView:
+        """The view of topics g, h that this estimate's local steps read (``kernels.bnmf.word_weights``)."""
+        return bnmf.TopicView.from_params(g, h, dtype=dtype, threads=threads, means=self.means)
 
     def hyper(self, n_words: int) -> bnmf.Hyper:
         base = bnmf.Hyper.paper_defaults(n_words, self.n_topics)
@@ -216,8 +216,7 @@ class BNMF:
 
     def local_view(self, state: BNMFState) -> bnmf.TopicView:
         """The topic expectations the local steps sweep with, in the configured precision."""
-        return bnmf.TopicView.from_params(state.g, state.topics.rate, dtype=np.dtype(self.config.precision),
-                                          threads=CLIENT_THREADS, means=self.config.means)
+        return self.config.view(state.g, state.topics.rate, np.dtype(self.config.precision), CLIENT_THREADS)
 
     def batch_local(self, rows: CSRRows, a: np.ndarray | None, view: bnmf.TopicView) -> tuple[np.ndarray, dict]:
         """q(theta_d) of a block warm-started from its last shapes, with the block's statistics."""
