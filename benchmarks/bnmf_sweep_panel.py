@@ -6,7 +6,9 @@ shape, size and seed; its ``half`` says when it was first looked at (``HALVES``)
 defaults of 2026-11-26 and "held-back" checked them; the adaptive step size was then chosen on those two and
 checked on "held-back-2", whose members were added unseen; the sweep cap was chosen on the three and checked
 on "held-back-3", added unseen after that; the MAP estimate (``BNMFConfig.estimate``) was tried on all of
-those and checked on "held-back-4", added unseen after that. LDA members draw topics from a symmetric
+those and checked on "held-back-4", added unseen after that; a first step chosen on the next minibatch (tried
+on the branch ``tried-validated-first-step``) was found on members of every earlier half and checked on
+"held-back-5" (small corpora fitted in several passes among them), added unseen after that. LDA members draw topics from a symmetric
 Dirichlet(eta) over V words (smaller eta: sparser topics) and documents from Dirichlet(alpha) topic weights
 with Poisson(length) tokens (``data.synthetic.lda_documents``); BNMF members are drawn from Bayesian NMF itself
 with Gamma(eta) topic weights per word (``data.synthetic.bnmf_corpus``). Each member holds out ``HELD_OUT``
@@ -54,8 +56,10 @@ from buffet.pipeline.reports.bnmf import make_driver
 HELD_OUT = 2000  # documents held out per generated member
 REAL_HELD_OUT = 0.2  # share of a real member's documents held out
 # in the order they were first looked at; "real" was added after the Reuters stories had shown the adaptive
-# step size's cost on real text (benchmarks/bnmf_passes.py), "held-back-4" to check the MAP estimate
-HALVES = ("tuning", "held-back", "held-back-2", "held-back-3", "real", "held-back-4")
+# step size's cost on real text (benchmarks/bnmf_passes.py), and its members in the file's order (R5-R7) after
+# the topics tutorial's fit had shown what that order does to it, "held-back-4" to check the MAP estimate and
+# "held-back-5" a first step chosen on the next minibatch
+HALVES = ("tuning", "held-back", "held-back-2", "held-back-3", "real", "held-back-4", "held-back-5")
 CHOOSING = HALVES[:3]  # what ``choice`` reads; the last half checks it
 TARGET = 0.3  # per cent: the largest shortfall a chosen rule may have on any member
 THIRDS_SEED = 7  # the token split of the held-out documents, the same for every rule
@@ -104,7 +108,8 @@ class RealMember:
     """Real documents a package ships (``real_corpora_peers.LOADERS``: the ``lda`` package's Reuters stories,
     gensim's Lee news and Wikipedia test corpora), ``REAL_HELD_OUT`` of them held out by ``seed``; fitted with
     ``k`` topics, ``batch`` documents per minibatch, ``passes`` passes (a pass of these few hundred documents
-    is a handful of steps)."""
+    is a handful of steps). The training documents are in a random order, or with ``ordered`` in the file's,
+    as a user's store would hold them (minibatches are runs of consecutive rows)."""
 
     name: str
     half: str
@@ -113,16 +118,19 @@ class RealMember:
     batch: int
     seed: int
     passes: int
+    ordered: bool = False
 
     def describe(self) -> str:
         passes = f"{self.passes} pass" + ("es" if self.passes > 1 else "")
-        return f"real: {self.source}, K {self.k}, batch {self.batch}, {passes}"
+        order = ", file order" if self.ordered else ""
+        return f"real: {self.source}{order}, K {self.k}, batch {self.batch}, {passes}"
 
     def corpus(self) -> tuple[sp.csr_matrix, sp.csr_matrix]:
         X = LOADERS[self.source]()[0]
         order = np.random.default_rng(self.seed).permutation(X.shape[0])
         held = int(round(REAL_HELD_OUT * X.shape[0]))
-        return X[order[held:]], X[np.sort(order[:held])]
+        train = np.sort(order[held:]) if self.ordered else order[held:]
+        return X[train], X[np.sort(order[:held])]
 
 
 PANEL: list[Member | RealMember] = [
@@ -150,11 +158,19 @@ PANEL: list[Member | RealMember] = [
     RealMember("R2", "real", "reuters", 20, 50, 502, 5),
     RealMember("R3", "real", "lee", 20, 50, 503, 5),
     RealMember("R4", "real", "wiki", 20, 50, 504, 5),
+    RealMember("R5", "real", "reuters", 20, 50, 505, 5, ordered=True),
+    RealMember("R6", "real", "reuters", 10, 64, 506, 3, ordered=True),
+    RealMember("R7", "real", "lee", 20, 50, 507, 5, ordered=True),
     Member("N1", "held-back-4", "bnmf", 15000, 3000, 20, 40, 0.1, 0.3, 40, 500, 601),
     Member("N2", "held-back-4", "lda", 20000, 8000, 50, 200, 0.02, 0.05, 50, 1000, 602),
     Member("N3", "held-back-4", "lda", 10000, 4000, 30, 80, 0.1, 0.3, 30, 500, 603),
     Member("N4", "held-back-4", "bnmf", 20000, 10000, 80, 250, 0.05, 0.2, 80, 1000, 604),
     Member("N5", "held-back-4", "lda", 30000, 15000, 100, 120, 0.01, 0.02, 60, 2000, 605),
+    Member("P1", "held-back-5", "bnmf", 8000, 3000, 20, 60, 0.1, 0.3, 40, 500, 701, passes=3),
+    Member("P2", "held-back-5", "lda", 5000, 4000, 30, 150, 0.05, 0.1, 20, 250, 702, passes=5),
+    Member("P3", "held-back-5", "lda", 30000, 10000, 80, 100, 0.02, 0.05, 80, 1000, 703),
+    Member("P4", "held-back-5", "bnmf", 12000, 5000, 30, 30, 0.2, 0.5, 30, 500, 704),
+    Member("P5", "held-back-5", "lda", 3000, 6000, 50, 250, 0.1, 0.2, 25, 100, 705, passes=5),
 ]
 
 def rule_settings(kappa: float, t0: float, max_sweeps: int, share_tol: float = 0.0,

@@ -522,7 +522,10 @@ def completion_score(indptr: np.ndarray, indices: np.ndarray, held: np.ndarray, 
     per-document scale); returns (sum of log p(word) over held-out tokens, held-out tokens).
     """
     rows = np.repeat(np.arange(len(indptr) - 1), np.diff(indptr))
-    rate = np.einsum("nk,nk->n", mean_beta[indices], weights[rows])
+    rate = np.empty(len(indices))
+    for d in range(len(indptr) - 1):  # a product per document: no nonzeros x K temporaries
+        lo, hi = indptr[d], indptr[d + 1]
+        rate[lo:hi] = mean_beta[indices[lo:hi]] @ weights[d]
     total = weights @ mean_beta.sum(axis=0)
     keep = held > 0
     ll = held[keep] @ (np.log(rate[keep]) - np.log(total[rows[keep]]))

@@ -46,7 +46,9 @@ class BNMFConfig(TopicModelConfig):
     far from their fit and ran short ones past theirs; the share of a document's tokens still changing topic
     means the same at any length. Why the adaptive step size is not the default although it has the smaller
     worst case on the generated panel: on the Reuters news stories it scored 0.5-0.6% per word below these
-    defaults (docs/models/bnmf.md, "Step sizes").
+    defaults, and 2-3% below them with the stories in their file's order, where a minibatch's own spread
+    understates how much the next one differs; the schedule scores the same in either order
+    (docs/models/bnmf.md, "Step sizes").
 
     Why the topic prior defaults to c0 = 0.5 V (shape 0.5 per word and topic) and not the paper's 0.05 V:
     mean-field VB weighs a word in a topic by exp(E ln beta) = exp(psi(g)) / h, about (g - 0.5) / h for
@@ -77,7 +79,8 @@ class BNMFConfig(TopicModelConfig):
     step_size: str = option("schedule", "SVI step sizes: 'schedule' takes rho_t = (t0 + t)^-kappa; 'adaptive' the "
                                         "larger of it and the step the minibatch's own noise calls for (with --t0 5 "
                                         "--max-sweeps 20 it helped corpora with dense topics and hurt real news "
-                                        "text; docs/models/bnmf.md, 'Step sizes').")
+                                        "text, by 2-3% where the store holds like documents together: use it only "
+                                        "on rows in a random order; docs/models/bnmf.md, 'Step sizes').")
     max_sweeps: int = option(30, "Training: most local sweeps per document per step (>= 1), if --share-tol or "
                                  "--local-tol does not stop it first. Lower it to cap the time a step takes.")
     share_tol: float = option(0.01, "Training: stop a document's local sweeps once fewer than this share of its "
