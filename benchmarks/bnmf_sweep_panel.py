@@ -326,10 +326,56 @@ def choice(rows: list[dict]) -> str:
             f"{worst[rule]:+.2f}%, {np.mean(sweeps[rule]):.2f}x today's sweeps)")
 
 
+def seed_deviations(rows: list[dict], member: str) -> list[np.ndarray]:
+    """Per rule fitted on every common seed of ``member``: its held-out LL on those seeds less their mean."""
+    seeds = sorted(common_seeds(rows, member))
+    out = []
+    for rule in RULES:
+        by_seed = {r["seed"]: r["heldout_ll"] for r in rows if r["member"] == member and r["rule"] == rule}
+        if all(seed in by_seed for seed in seeds):
+            values = np.array([by_seed[seed] for seed in seeds])
+            out.append(values - values.mean())
+    return out
+
+
+def noise_floor(rows: list[dict], n_seeds: int | None = None, draws: int = 5000) -> str:
+    """The worst shortfall that a rule exactly as good as each member's best old setting would show over the
+    members with records, from the seeds alone: each member's spread over seeds (pooled over its rules) and
+    the correlation of two rules' deviations on one seed (pooled over members), with every member's old
+    settings at their measured means, every rule fitted on the members' seeds or on ``n_seeds`` each.
+    Shortfalls up to about this are not told apart from none."""
+    names = [m.name for m in PANEL if len(common_seeds(rows, m.name)) > 1]
+    spreads, olds, pairs, seeds = [], [], [], []
+    for name in names:
+        devs = seed_deviations(rows, name)
+        spreads.append(np.sqrt(sum(float(d @ d) for d in devs) / sum(len(d) - 1 for d in devs)))
+        olds.append([means(rows, name)[rule]["heldout_ll"] for rule in OLD])
+        pairs += [(a, b) for i, a in enumerate(devs) for b in devs[i + 1:]]
+        seeds.append(len(devs[0]))
+    shared = max(sum(float(a @ b) for a, b in pairs)
+                 / np.sqrt(sum(float(a @ a) for a, _ in pairs) * sum(float(b @ b) for _, b in pairs)), 0.0)
+    olds_ = np.array(olds)
+    counts = np.array(seeds) if n_seeds is None else np.full(len(seeds), n_seeds)
+    scale = (np.array(spreads) / np.sqrt(counts))[:, None]
+    rng = np.random.default_rng(0)
+    noise = (np.sqrt(shared) * rng.normal(size=(draws, len(names), 1))
+             + np.sqrt(1 - shared) * rng.normal(size=(draws, len(names), len(OLD) + 1))) * scale
+    measured = olds_ + noise[..., :len(OLD)]
+    rule = olds_.max(axis=1) + noise[..., len(OLD)]
+    best = measured.max(axis=2)
+    worst = (100.0 * (best - rule) / np.abs(best)).max(axis=1)
+    fitted = "-".join(sorted({str(c) for c in counts}))
+    return (f"Noise floor: a rule exactly as good as each member's best old setting would show a worst shortfall "
+            f"of {np.median(worst):.2f}% over these {len(names)} members (5-95%: {np.percentile(worst, 5):.2f}-"
+            f"{np.percentile(worst, 95):.2f}%; {np.mean(worst > TARGET):.0%} of draws above the {TARGET}% target), "
+            f"from their spread over seeds (median {np.median(spreads):.4f} per word) with {fitted} seeds per rule "
+            f"(two rules' deviations on one seed correlate by {shared:.2f}).")
+
+
 def report(rows: list[dict]) -> str:
-    """The table of every half with records, and the choice."""
+    """The table of every half with records, the choice, and the noise floor of the worst shortfall."""
     halves = [h for h in HALVES if any(r["member"] in {m.name for m in PANEL if m.half == h} for r in rows)]
-    return "\n\n".join(table(rows, h) for h in halves) + "\n\n" + choice(rows)
+    return "\n\n".join(table(rows, h) for h in halves) + "\n\n" + choice(rows) + "\n\n" + noise_floor(rows)
 
 
 def main() -> None:
