@@ -36,10 +36,12 @@ def test_svi_recovers_the_generating_topics(model_corpus, estimate):
 
 @pytest.mark.parametrize("estimate", ["vb", "map"])
 def test_batch_fit_objective_is_monotone_and_scores_improve(model_corpus, estimate):
-    """The ELBO, or for the MAP estimate the log posterior density (the trace's ``elbo`` either way)."""
+    """The ELBO (the trace's ``elbo``), or for the MAP estimate the log posterior density (``log_posterior``)."""
     X = model_corpus.X[:600]
     model = BayesianNMF(n_topics=10, mode="batch", max_iter=30, eval_every=1000, estimate=estimate).fit(X)
-    elbo = np.array([r["elbo"] for r in model.trace_])
+    key = {"vb": "elbo", "map": "log_posterior"}[estimate]
+    assert all(set(r) & {"elbo", "log_posterior"} == {key} for r in model.trace_)
+    elbo = np.array([r[key] for r in model.trace_])
     assert (np.diff(elbo) >= -1e-9 * np.abs(elbo[1:])).all()
     fresh = BayesianNMF(n_topics=10, mode="batch", max_iter=1, eval_every=1000, estimate=estimate).fit(X)
     held = model_corpus.X[1900:]

@@ -78,6 +78,8 @@ def test_map_estimate_end_to_end(tmp_path, store, capsys):
     batch = tmp_path / "batch"  # in batch mode the report names the objective for what it is
     run_main(capsys, "fit", "bnmf", store, "--out", batch, "--k", 8, "--mode", "batch", "--max-iter", 3,
              "--estimate", "map", "--quiet", "--executor", "process")
+    trace = checkpoint(RunStore(batch))[1]  # the trace, and so the progress lines, name it too
+    assert all("log_posterior" in r and "elbo" not in r for r in trace)
     run_main(capsys, "report", batch, "--out", tmp_path / "report")
     summary = (tmp_path / "report" / "summary.md").read_text()
     assert "- final log posterior density: " in summary and "elbo" not in summary

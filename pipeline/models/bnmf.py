@@ -210,6 +210,12 @@ class BNMF:
     def of(cls, config: BNMFConfig, n_words: int) -> "BNMF":
         return cls(config, config.hyper(n_words))
 
+    @property
+    def objective_key(self) -> str:
+        """The trace's name of the batch objective: the ELBO (``elbo``), or for the MAP estimate the log posterior
+        density at it (``log_posterior``)."""
+        return "log_posterior" if self.config.means else "elbo"
+
     def initial_globals(self, corpus: Corpus, n_tokens: float, n_docs: int) -> BNMFState:
         """The prior plus noise scaled to the corpus (paper 002, Sec. 11.6); the new g becomes the topics' own
         array (no copy: at V = 100,000 and K = 100 each V x K array is 80 MB)."""

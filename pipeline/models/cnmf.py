@@ -99,6 +99,7 @@ class CNMF:
     prior: cnmf.Prior
     local_state = "u"
     effort = ("mean_newton_steps", "steps")
+    objective_key = "elbo"
     state_type = CNMFState
 
     @classmethod

@@ -148,6 +148,7 @@ class TopicModel(Protocol):
     config: TopicModelConfig
     local_state: str           # the name of the documents' local parameters in batch mode
     effort: tuple[str, str]    # (trace key, statistic) of the local steps' work per document
+    objective_key: str         # the trace key of the batch objective (``objective``)
     state_type: type[TopicState]
 
     def initial_globals(self, corpus: Corpus, n_tokens: float, n_docs: int) -> TopicState: ...
@@ -232,7 +233,8 @@ class TopicDriver(StatefulDriver):
         if step >= self.total_steps():
             return True
         if self.config.mode == "batch" and len(trace) >= 2:
-            new, old = trace[-1]["elbo"], trace[-2]["elbo"]
+            key = self.model.objective_key
+            new, old = trace[-1][key], trace[-2][key]
             return abs(new - old) <= self.config.tol * abs(old)
         return False
 
@@ -257,10 +259,11 @@ class TopicDriver(StatefulDriver):
         engine.keep(model.local_state, locals_)
         stats = engine.reduce(stats)
         self.state = model.batch_update(engine, self.state, stats, locals_)
-        elbo = model.objective(engine, self.rows, locals_, self.state)
+        objective = model.objective(engine, self.rows, locals_, self.state)
         self.state.docs_seen += self.corpus.n_train
         record_key, stat_key = model.effort
-        return {"elbo": elbo, "docs_seen": self.state.docs_seen, record_key: stats[stat_key] / self.corpus.n_train}
+        return {model.objective_key: objective, "docs_seen": self.state.docs_seen,
+                record_key: stats[stat_key] / self.corpus.n_train}
 
     # -- SVI --
     def _minibatch(self, step: int) -> BlockSet:

@@ -55,8 +55,7 @@ def summary(driver: TopicDriver, trace: list[dict], settings: str) -> list[str]:
     g, h = driver.state.g, driver.state.h
     words, share = top_words(g, h, driver.corpus.vocab), token_shares(g, driver.model.hyper.c0)
     unused = int(np.sum(share < UNUSED_SHARE))
-    names = {"heldout_ll": "heldout_ll",  # the batch objective is the log posterior density for a MAP estimate
-             "elbo": "log posterior density" if getattr(driver.config, "means", False) else "elbo"}
+    names = {"heldout_ll": "heldout_ll", "elbo": "elbo", "log_posterior": "log posterior density"}
     lines = [f"- {settings}",
              *[f"- final {names[k]}: {trace[-1][k]:.6g}" for k in names if trace and k in trace[-1]],
              f"- topics holding under {UNUSED_SHARE:.1%} of the tokens (left at their prior): {unused} of {len(share)}",
