@@ -1,4 +1,5 @@
-"""Bayesian NMF's local-step stopping rule and SVI step sizes on a panel of generated corpora, judged by the worst case.
+"""Bayesian NMF's local-step stopping rule and SVI step sizes on a panel of generated and real corpora, judged by the
+worst case.
 
 The panel: generated corpora of different shapes (document length, vocabulary V, true topics and fitted K,
 sparsity of the true topics, documents per minibatch and so steps per pass). ``PANEL`` lists every member's
@@ -8,7 +9,9 @@ checked on "held-back-2", whose members were added unseen; the sweep cap was cho
 on "held-back-3", added unseen after that; the MAP estimate (``BNMFConfig.estimate``) was tried on all of
 those and checked on "held-back-4", added unseen after that; a first step chosen on the next minibatch (tried
 on the branch ``tried-validated-first-step``) was found on members of every earlier half and checked on
-"held-back-5" (small corpora fitted in several passes among them), added unseen after that. LDA members draw topics from a symmetric
+"held-back-5" (small corpora fitted in several passes among them), added unseen after that; the banded step
+(``BNMFConfig.step_size``), the defaults since 2026-11-28, was chosen on all of those by ``choice`` and checked
+on "held-back-6", added unseen after that. LDA members draw topics from a symmetric
 Dirichlet(eta) over V words (smaller eta: sparser topics) and documents from Dirichlet(alpha) topic weights
 with Poisson(length) tokens (``data.synthetic.lda_documents``); BNMF members are drawn from Bayesian NMF itself
 with Gamma(eta) topic weights per word (``data.synthetic.bnmf_corpus``). Each member holds out ``HELD_OUT``
@@ -22,7 +25,9 @@ document over the pass, and the pass's wall seconds. The rules of one seed run o
 their wall times are measured alternately under the same load. ``table`` prints, per half, every member's
 mean over seeds under every rule, each rule's shortfall against the member's best old setting (per cent
 of that member's held-out LL), and the worst case per rule, then ``choice``: among the rules within
-``TARGET`` of every member of the ``CHOOSING`` halves, the one with the fewest sweeps. To add a member,
+``TARGET`` of every member of the ``CHOOSING`` halves, the one with the fewest sweeps (none within it: the
+smallest worst case), and last the panel's noise floor (``noise_floor``): the worst shortfall that the seeds'
+spread alone would give a rule as good as every member's best old setting. To add a member,
 append it to ``PANEL`` and run ``scores --members`` it: its records join the others' and ``table`` reads
 them all.
 
@@ -58,9 +63,10 @@ REAL_HELD_OUT = 0.2  # share of a real member's documents held out
 # in the order they were first looked at; "real" was added after the Reuters stories had shown the adaptive
 # step size's cost on real text (benchmarks/bnmf_passes.py), and its members in the file's order (R5-R7) after
 # the topics tutorial's fit had shown what that order does to it, "held-back-4" to check the MAP estimate and
-# "held-back-5" a first step chosen on the next minibatch
-HALVES = ("tuning", "held-back", "held-back-2", "held-back-3", "real", "held-back-4", "held-back-5")
-CHOOSING = HALVES[:3]  # what ``choice`` reads; the last half checks it
+# "held-back-5" a first step chosen on the next minibatch, "held-back-6" the adaptive step held within two
+# schedules ("banded")
+HALVES = ("tuning", "held-back", "held-back-2", "held-back-3", "real", "held-back-4", "held-back-5", "held-back-6")
+CHOOSING = HALVES[:-1]  # what ``choice`` reads (the defaults of 2026-11-28 were chosen on these); the last half checks it
 TARGET = 0.3  # per cent: the largest shortfall a chosen rule may have on any member
 THIRDS_SEED = 7  # the token split of the held-out documents, the same for every rule
 
@@ -171,6 +177,11 @@ PANEL: list[Member | RealMember] = [
     Member("P3", "held-back-5", "lda", 30000, 10000, 80, 100, 0.02, 0.05, 80, 1000, 703),
     Member("P4", "held-back-5", "bnmf", 12000, 5000, 30, 30, 0.2, 0.5, 30, 500, 704),
     Member("P5", "held-back-5", "lda", 3000, 6000, 50, 250, 0.1, 0.2, 25, 100, 705, passes=5),
+    Member("Q1", "held-back-6", "bnmf", 10000, 4000, 25, 50, 0.15, 0.4, 50, 250, 801),
+    Member("Q2", "held-back-6", "lda", 20000, 6000, 40, 120, 0.1, 0.05, 40, 1000, 802),
+    Member("Q3", "held-back-6", "lda", 15000, 12000, 60, 300, 0.03, 0.1, 30, 500, 803),
+    RealMember("Q4", "held-back-6", "wiki", 20, 50, 808, 5, ordered=True),
+    RealMember("Q5", "held-back-6", "reuters", 50, 50, 809, 3),
 ]
 
 def rule_settings(kappa: float, t0: float, max_sweeps: int, share_tol: float = 0.0,
@@ -204,6 +215,7 @@ RULES = {
     "adaptive, t0 5, share .01, 20 sweeps": rule_settings(0.6, 5.0, 20, 0.01, "adaptive"),
     "MAP, kappa .6, t0 1, share .01, 30 sweeps": rule_settings(0.6, 1.0, 30, 0.01, estimate="map"),
     "MAP, adaptive, t0 5, share .01, 20 sweeps": rule_settings(0.6, 5.0, 20, 0.01, "adaptive", "map"),
+    "banded, t0 5, share .01, 20 sweeps": rule_settings(0.6, 5.0, 20, 0.01, "banded"),
 }
 
 

@@ -482,14 +482,14 @@ def minibatch_noise(S: np.ndarray, square_sum: float, docs: float, scale: float)
     return scale * scale * docs * max(spread, 0.0)
 
 
-def adaptive_step_size(distance: float, noise: float, floor: float) -> float:
+def adaptive_step_size(distance: float, noise: float, floor: float, ceiling: float = 1.0) -> float:
     """The step that brings q(beta) closest, in expectation, to the mean of the minibatch estimates:
     rho = 1 - tr Var(g) / |g|^2 for the natural gradient g (the estimate minus the current shapes, whose
     squared norm is ``distance``; Ranganath et al. 2013, with the noise from the minibatch's own documents,
-    ``minibatch_noise``), but at least ``floor`` (the schedule's rho_t) and at most 1 (docs/models/bnmf.md,
-    "Step sizes")."""
+    ``minibatch_noise``), but at least ``floor`` (the schedule's rho_t), at most ``ceiling`` where that is above
+    ``floor`` (a schedule of longer steps), and at most 1 (docs/models/bnmf.md, "Step sizes")."""
     signal = 1.0 - noise / distance if distance > 0 else 0.0
-    return float(min(1.0, max(signal, floor)))
+    return float(min(1.0, max(floor, min(signal, ceiling))))
 
 
 def initial_globals(n_words: int, n_topics: int, n_tokens: float, n_docs: int, hyper: Hyper,

@@ -301,14 +301,19 @@ def test_minibatch_noise_is_the_variance_of_the_scaled_sum_of_a_random_draw_of_d
     assert bnmf.minibatch_noise(S, 1.0, 1.0, scale) == 0.0  # one document: no spread to measure
 
 
-@pytest.mark.parametrize("distance, noise, floor, expected", [
-    (10.0, 2.0, 0.1, 0.8),     # mostly signal: 1 - noise / distance
-    (10.0, 9.9, 0.1, 0.1),     # mostly noise: the schedule's floor
-    (10.0, 20.0, 0.05, 0.05),  # noise estimated above the distance: the floor
-    (0.0, 0.0, 0.3, 0.3),      # no gradient: the floor
+@pytest.mark.parametrize("distance, noise, floor, ceiling, expected", [
+    (10.0, 2.0, 0.1, 1.0, 0.8),     # mostly signal: 1 - noise / distance
+    (10.0, 9.9, 0.1, 1.0, 0.1),     # mostly noise: the schedule's floor
+    (10.0, 20.0, 0.05, 1.0, 0.05),  # noise estimated above the distance: the floor
+    (0.0, 0.0, 0.3, 1.0, 0.3),      # no gradient: the floor
+    (10.0, 2.0, 0.1, 0.5, 0.5),     # mostly signal, held at the ceiling
+    (10.0, 6.0, 0.1, 0.5, 0.4),     # inside the band: as without one
+    (10.0, 2.0, 0.3, 0.2, 0.3),     # a ceiling below the floor: the floor
+    (10.0, 2.0, 1.2, 1.5, 1.0),     # a floor above 1 (t0 < 1 at the first step): 1
 ])
-def test_adaptive_step_size_is_one_minus_the_noise_share_within_the_floor_and_one(distance, noise, floor, expected):
-    assert bnmf.adaptive_step_size(distance, noise, floor) == pytest.approx(expected)
+def test_adaptive_step_size_is_one_minus_the_noise_share_within_the_floor_the_ceiling_and_one(
+        distance, noise, floor, ceiling, expected):
+    assert bnmf.adaptive_step_size(distance, noise, floor, ceiling) == pytest.approx(expected)
 
 
 @pytest.mark.parametrize("dtype", [np.float64, np.float32])
