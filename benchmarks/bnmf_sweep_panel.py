@@ -216,6 +216,7 @@ RULES = {
     "MAP, kappa .6, t0 1, share .01, 30 sweeps": rule_settings(0.6, 1.0, 30, 0.01, estimate="map"),
     "MAP, adaptive, t0 5, share .01, 20 sweeps": rule_settings(0.6, 5.0, 20, 0.01, "adaptive", "map"),
     "banded, t0 5, share .01, 20 sweeps": rule_settings(0.6, 5.0, 20, 0.01, "banded"),
+    "banded, t0 5, share .01, 10 sweeps": rule_settings(0.6, 5.0, 10, 0.01, "banded"),
 }
 
 
