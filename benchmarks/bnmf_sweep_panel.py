@@ -217,6 +217,7 @@ RULES = {
     "MAP, adaptive, t0 5, share .01, 20 sweeps": rule_settings(0.6, 5.0, 20, 0.01, "adaptive", "map"),
     "banded, t0 5, share .01, 20 sweeps": rule_settings(0.6, 5.0, 20, 0.01, "banded"),
     "banded, t0 5, share .01, 10 sweeps": rule_settings(0.6, 5.0, 10, 0.01, "banded"),
+    "MAP, banded, t0 5, share .01, 20 sweeps": rule_settings(0.6, 5.0, 20, 0.01, "banded", "map"),
 }
 
 
