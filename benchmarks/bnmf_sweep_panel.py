@@ -65,7 +65,8 @@ REAL_HELD_OUT = 0.2  # share of a real member's documents held out
 # the topics tutorial's fit had shown what that order does to it, "held-back-4" to check the MAP estimate and
 # "held-back-5" a first step chosen on the next minibatch, "held-back-6" the adaptive step held within two
 # schedules ("banded")
-HALVES = ("tuning", "held-back", "held-back-2", "held-back-3", "real", "held-back-4", "held-back-5", "held-back-6")
+HALVES = ("tuning", "held-back", "held-back-2", "held-back-3", "real", "held-back-4", "held-back-5", "held-back-6",
+          "held-back-7")
 CHOOSING = HALVES[:-1]  # what ``choice`` reads (the defaults of 2026-11-28 were chosen on these); the last half checks it
 TARGET = 0.3  # per cent: the largest shortfall a chosen rule may have on any member
 THIRDS_SEED = 7  # the token split of the held-out documents, the same for every rule
@@ -182,6 +183,11 @@ PANEL: list[Member | RealMember] = [
     Member("Q3", "held-back-6", "lda", 15000, 12000, 60, 300, 0.03, 0.1, 30, 500, 803),
     RealMember("Q4", "held-back-6", "wiki", 20, 50, 808, 5, ordered=True),
     RealMember("Q5", "held-back-6", "reuters", 50, 50, 809, 3),
+    Member("S1", "held-back-7", "bnmf", 12000, 6000, 20, 60, 0.1, 0.3, 40, 500, 901),
+    Member("S2", "held-back-7", "lda", 20000, 10000, 60, 350, 0.02, 0.05, 60, 1000, 902),
+    Member("S3", "held-back-7", "lda", 8000, 3000, 15, 20, 0.1, 0.5, 30, 250, 903, passes=3),
+    RealMember("S4", "held-back-7", "lee", 50, 25, 904, 5),
+    RealMember("S5", "held-back-7", "reuters", 30, 100, 905, 5, ordered=True),
 ]
 
 def rule_settings(kappa: float, t0: float, max_sweeps: int, share_tol: float = 0.0,
@@ -218,6 +224,8 @@ RULES = {
     "banded, t0 5, share .01, 20 sweeps": rule_settings(0.6, 5.0, 20, 0.01, "banded"),
     "banded, t0 5, share .01, 10 sweeps": rule_settings(0.6, 5.0, 10, 0.01, "banded"),
     "MAP, banded, t0 5, share .01, 20 sweeps": rule_settings(0.6, 5.0, 20, 0.01, "banded", "map"),
+    "banded, t0 10, share .01, 20 sweeps": rule_settings(0.6, 10.0, 20, 0.01, "banded"),
+    "banded, kappa .51, t0 10, share .01, 20 sweeps": rule_settings(0.51, 10.0, 20, 0.01, "banded"),
 }
 
 
