@@ -66,7 +66,7 @@ REAL_HELD_OUT = 0.2  # share of a real member's documents held out
 # "held-back-5" a first step chosen on the next minibatch, "held-back-6" the adaptive step held within two
 # schedules ("banded")
 HALVES = ("tuning", "held-back", "held-back-2", "held-back-3", "real", "held-back-4", "held-back-5", "held-back-6",
-          "held-back-7")
+          "held-back-7", "held-back-8")
 CHOOSING = HALVES[:-1]  # what ``choice`` reads (the defaults of 2026-11-28 were chosen on these); the last half checks it
 TARGET = 0.3  # per cent: the largest shortfall a chosen rule may have on any member
 THIRDS_SEED = 7  # the token split of the held-out documents, the same for every rule
@@ -188,6 +188,11 @@ PANEL: list[Member | RealMember] = [
     Member("S3", "held-back-7", "lda", 8000, 3000, 15, 20, 0.1, 0.5, 30, 250, 903, passes=3),
     RealMember("S4", "held-back-7", "lee", 50, 25, 904, 5),
     RealMember("S5", "held-back-7", "reuters", 30, 100, 905, 5, ordered=True),
+    Member("U1", "held-back-8", "bnmf", 20000, 8000, 40, 80, 0.1, 0.3, 80, 1000, 1001),
+    Member("U2", "held-back-8", "lda", 2000, 5000, 30, 200, 0.05, 0.1, 30, 200, 1002, passes=5),
+    Member("U3", "held-back-8", "lda", 25000, 15000, 80, 150, 0.03, 0.05, 100, 2000, 1003),
+    RealMember("U4", "held-back-8", "wiki", 50, 25, 1004, 5),
+    RealMember("U5", "held-back-8", "lee", 10, 30, 1005, 3, ordered=True),
 ]
 
 def rule_settings(kappa: float, t0: float, max_sweeps: int, share_tol: float = 0.0,
