@@ -473,13 +473,16 @@ def step_size(t: int, t0: float, kappa: float) -> float:
 
 def minibatch_noise(S: np.ndarray, square_sum: float, docs: float, scale: float) -> float:
     """tr Var of the minibatch's estimate c0/V + scale S of q(beta)'s shapes (eq. 11.33), from its ``docs``
-    documents' statistics: their sum ``S`` and the sum of their squared norms ``square_sum``. The documents
-    are a random draw, so the estimate's variance is scale^2 |B| times the sample variance of one document's
-    statistics, (square_sum - |S|^2 / |B|) / (|B| - 1). Zero for fewer than two documents."""
+    documents' statistics: their sum ``S`` and the sum of their squared norms ``square_sum``. The |B| documents
+    are a draw without replacement from the corpus's D = scale |B| (a pass visits each document once), so the
+    estimate's variance is scale^2 |B| (1 - |B| / D) times the sample variance of one document's statistics,
+    (square_sum - |S|^2 / |B|) / (|B| - 1): the finite-population correction 1 - |B| / D takes out what a small
+    corpus's minibatches cannot differ by, and a minibatch of the whole corpus has no noise. Zero for fewer than
+    two documents (docs/models/bnmf.md, "Step sizes")."""
     if docs < 2:
         return 0.0
     spread = (square_sum - float(np.vdot(S, S)) / docs) / (docs - 1.0)
-    return scale * scale * docs * max(spread, 0.0)
+    return scale * scale * docs * max(1.0 - 1.0 / scale, 0.0) * max(spread, 0.0)
 
 
 def adaptive_step_size(distance: float, noise: float, floor: float, ceiling: float = 1.0) -> float:

@@ -284,21 +284,25 @@ def test_document_square_sum_is_the_sum_of_each_documents_own_statistics_squared
     assert bnmf.local_step(X.indptr, X.indices, X.data, view, hyper).square_sum == 0.0  # not asked for
 
 
-def test_minibatch_noise_is_the_variance_of_the_scaled_sum_of_a_random_draw_of_documents():
-    """tr Var(scale S) for documents drawn at random from a population: the formula from one draw's sums
-    against the spread of the estimate over many draws."""
+def test_minibatch_noise_is_the_variance_of_the_scaled_sum_of_a_draw_without_replacement():
+    """tr Var(scale S) for minibatches drawn without replacement from a corpus of 400 documents, a quarter at a
+    time (as a pass draws them): the formula from one draw's sums against the spread of the estimate over many
+    draws. Without the finite-population correction the formula is a third too large; a minibatch of the whole
+    corpus has no noise."""
     rng = np.random.default_rng(8)
     population = rng.gamma(0.5, 2.0, (400, 6, 3))  # each document's statistics, 6 words x 3 topics
-    size, scale = 25, 400 / 25
+    size, scale = 100, 400 / 100
     estimates, noises = [], []
     for _ in range(4000):
-        batch = population[rng.choice(400, size, replace=True)]
+        batch = population[rng.choice(400, size, replace=False)]
         S = batch.sum(axis=0)
         estimates.append(scale * S)
         noises.append(bnmf.minibatch_noise(S, float(np.sum(batch ** 2)), size, scale))
     spread = float(np.sum(np.var(np.array(estimates), axis=0)))
     assert np.mean(noises) == pytest.approx(spread, rel=0.05)
     assert bnmf.minibatch_noise(S, 1.0, 1.0, scale) == 0.0  # one document: no spread to measure
+    whole = population.sum(axis=0)
+    assert bnmf.minibatch_noise(whole, float(np.sum(population ** 2)), 400, 1.0) == 0.0
 
 
 @pytest.mark.parametrize("distance, noise, floor, ceiling, expected", [
