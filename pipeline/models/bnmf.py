@@ -46,7 +46,7 @@ class BNMFConfig(TopicModelConfig):
     holds, take longer steps. Over a
     panel of 52 corpora, 39 generated and 13 of real text (benchmarks/bnmf_sweep_panel.py), refitted on ten fresh
     seeds where it did worst, this rule's largest shortfall in held-out score against each corpus's best of the
-    earlier settings is 0.30% on the corpora it was chosen on and 0.35% on five added unseen to check it, where
+    earlier settings is 0.30% on the corpora it was chosen on and 0.41% on five added unseen to check it, where
     the banded step of 2026-11-28 (floor t0 5, ceiling (1 + t)^-0.6, no correction) fell 0.75% short (and the
     schedule t0 = 1 with 30 sweeps, the defaults before that, 2.27% at three seeds). Corpora with dense topics or
     more topics than they hold want small early steps, which the noise-driven step finds and no fixed schedule
