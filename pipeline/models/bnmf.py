@@ -38,21 +38,19 @@ class BNMFConfig(TopicModelConfig):
     """Settings of a Bayesian NMF fit: the topic models' (``TopicModelConfig``) plus the theta prior
     (paper 002, Sec. 11.6) and how the local steps run.
 
-    Why these SVI steps and local sweeps: each step takes the step the minibatch's own noise calls for, held
-    between the schedule (kappa 0.6, t0 10) and the undelayed schedule (1 + t)^-0.51 (``step_size`` "banded"),
-    and a document's local sweeps stop once fewer than 1% of its tokens change topic in a sweep (``share_tol``)
-    or after 20. The noise is that of a draw without replacement from the corpus
-    (``kernels.bnmf.minibatch_noise``), so a small corpus's minibatches, which cannot differ by more than the corpus
-    holds, take longer steps. Over a
-    panel of 52 corpora, 39 generated and 13 of real text (benchmarks/bnmf_sweep_panel.py), refitted on ten fresh
-    seeds where it did worst, this rule's largest shortfall in held-out score against each corpus's best of the
-    earlier settings is 0.30% on the corpora it was chosen on and 0.41% on five added unseen to check it, where
-    the banded step of 2026-11-28 (floor t0 5, ceiling (1 + t)^-0.6, no correction) fell 0.75% short (and the
-    schedule t0 = 1 with 30 sweeps, the defaults before that, 2.27% at three seeds). Corpora with dense topics or
-    more topics than they hold want small early steps, which the noise-driven step finds and no fixed schedule
-    gives every corpus; the upper bound keeps the steps from chasing each minibatch where a store holds like documents
-    together, so that a minibatch's own spread understates how much the next one differs
-    (docs/models/bnmf.md, "Step sizes").
+    Why these SVI steps and local sweeps: each step takes the step the minibatch's own noise calls for, held between
+    the schedule (kappa 0.6, t0 10) and the undelayed schedule (1 + t)^-0.51 (``step_size`` "banded"), and a
+    document's local sweeps stop once fewer than 1% of its tokens change topic in a sweep (``share_tol``) or after
+    20. The noise is that of a draw without replacement from the corpus (``kernels.bnmf.minibatch_noise``), so a
+    small corpus's minibatches, which cannot differ by more than the corpus holds, take longer steps. Over a panel
+    of 52 corpora, 39 generated and 13 of real text (benchmarks/bnmf_sweep_panel.py), refitted on ten fresh seeds
+    where it did worst, this rule's largest shortfall in held-out score against each corpus's best of the earlier
+    settings is 0.30% on the corpora it was chosen on and 0.41% on five added unseen to check it, where the banded
+    step of 2026-11-28 (floor t0 5, ceiling (1 + t)^-0.6, no correction) fell 0.75% short (and the schedule t0 = 1
+    with 30 sweeps, the defaults before that, 2.27% at three seeds). Corpora with dense topics or more topics than
+    they hold want small early steps, which the noise-driven step finds and no fixed schedule gives every corpus;
+    the upper bound keeps the steps from chasing each minibatch where a store holds like documents together (there a
+    minibatch's own spread understates how much the next one differs; docs/models/bnmf.md, "Step sizes").
 
     Why the topic prior defaults to c0 = 0.5 V (shape 0.5 per word and topic) and not the paper's 0.05 V:
     mean-field VB weighs a word in a topic by exp(E ln beta) = exp(psi(g)) / h, about (g - 0.5) / h for
