@@ -103,7 +103,7 @@ class BNMFConfig(TopicModelConfig):
         if not 0.0 <= self.share_tol < 1.0:
             raise UserError(f"share_tol must be in [0, 1), got {self.share_tol}")
         if self.step_size not in STEP_SIZES:
-            raise UserError(f"step_size must be 'banded', 'adaptive' or 'schedule', got {self.step_size!r}")
+            raise UserError(f"step_size must be one of {', '.join(STEP_SIZES)}, got {self.step_size!r}")
         if self.estimate not in ESTIMATES:
             raise UserError(f"estimate must be 'vb' or 'map', got {self.estimate!r}")
         if self.precision not in ("float64", "float32"):
