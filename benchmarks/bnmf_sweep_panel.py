@@ -67,9 +67,10 @@ REAL_HELD_OUT = 0.2  # share of a real member's documents held out
 # step size's cost on real text (benchmarks/bnmf_passes.py), and its members in the file's order (R5-R7) after
 # the topics tutorial's fit had shown what that order does to it, "held-back-4" to check the MAP estimate and
 # "held-back-5" a first step chosen on the next minibatch, "held-back-6" the adaptive step held within two
-# schedules ("banded"), "held-back-7" that again, "held-back-8" the band moved and the noise corrected
+# schedules ("banded"), "held-back-7" that again, "held-back-8" the band moved and the noise corrected, "held-back-9"
+# local steps that weigh words by the topics' posterior means
 HALVES = ("tuning", "held-back", "held-back-2", "held-back-3", "real", "held-back-4", "held-back-5", "held-back-6",
-          "held-back-7", "held-back-8")
+          "held-back-7", "held-back-8", "held-back-9")
 CHOOSING = HALVES[:-1]  # what ``choice`` reads (today's defaults were chosen on these); the last half checks it
 TARGET = 0.3  # per cent: the largest shortfall a chosen rule may have on any member
 THIRDS_SEED = 7  # the token split of the held-out documents, the same for every rule
@@ -196,6 +197,11 @@ PANEL: list[Member | RealMember] = [
     Member("U3", "held-back-8", "lda", 25000, 15000, 80, 150, 0.03, 0.05, 100, 2000, 1003),
     RealMember("U4", "held-back-8", "wiki", 50, 25, 1004, 5),
     RealMember("U5", "held-back-8", "lee", 10, 30, 1005, 3, ordered=True),
+    Member("V1", "held-back-9", "bnmf", 15000, 6000, 30, 60, 0.1, 0.3, 60, 500, 1101),
+    Member("V2", "held-back-9", "lda", 10000, 4000, 40, 250, 0.05, 0.1, 40, 500, 1102),
+    Member("V3", "held-back-9", "lda", 30000, 20000, 60, 100, 0.02, 0.05, 80, 2000, 1103),
+    RealMember("V4", "held-back-9", "reuters", 20, 25, 1104, 5, ordered=True),
+    Member("V5", "held-back-9", "bnmf", 8000, 2500, 10, 30, 0.2, 0.5, 40, 250, 1105, passes=3),
 ]
 
 def rule_settings(kappa: float, t0: float, max_sweeps: int, share_tol: float = 0.0,
