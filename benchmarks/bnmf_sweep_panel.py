@@ -205,11 +205,13 @@ PANEL: list[Member | RealMember] = [
 ]
 
 def rule_settings(kappa: float, t0: float, max_sweeps: int, share_tol: float = 0.0,
-                  step_size: str = "schedule", estimate: str = "vb") -> dict:
+                  step_size: str = "schedule", estimate: str = "vb", topic_weights: str | None = None) -> dict:
     """A rule's ``BNMFConfig`` settings, every one named, so that a change of defaults leaves the rule as it was
-    (the MAP estimate's topic prior is its own default, c0 = 0.2 V, as the VB rules' is theirs)."""
+    (the MAP estimate's topic prior is its own default, c0 = 0.2 V, as the VB rules' is theirs); the topics weigh
+    words by exp(E ln beta) unless ``topic_weights`` says otherwise (the MAP estimate: by their means)."""
+    weights = topic_weights or ("mean" if estimate == "map" else "geometric")
     return {"kappa": kappa, "t0": t0, "max_sweeps": max_sweeps, "share_tol": share_tol, "step_size": step_size,
-            "estimate": estimate}
+            "estimate": estimate, "topic_weights": weights}
 
 
 # rule name -> settings; the first three are the old settings a rule is judged against. The rules of the noise-driven
@@ -243,6 +245,8 @@ RULES = {
     "banded, t0 5, share .01, 10 sweeps": rule_settings(0.6, 5.0, 10, 0.01, "banded"),
     "MAP, banded, t0 5, share .01, 20 sweeps": rule_settings(0.6, 5.0, 20, 0.01, "banded", "map"),
     "banded .51, corrected noise, t0 10, share .01, 20 sweeps": rule_settings(0.6, 10.0, 20, 0.01, "banded"),
+    "topic means, banded .51, t0 10, share .01, 20 sweeps": rule_settings(0.6, 10.0, 20, 0.01, "banded",
+                                                                          topic_weights="mean"),
 }
 
 

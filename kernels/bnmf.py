@@ -496,18 +496,27 @@ def adaptive_step_size(distance: float, noise: float, floor: float, ceiling: flo
 
 
 def initial_globals(n_words: int, n_topics: int, n_tokens: float, n_docs: int, hyper: Hyper,
-                    rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+                    rng: np.random.Generator, spread_prior: bool = False) -> tuple[np.ndarray, np.ndarray]:
     """The prior plus Uniform(0, 1) noise scaled to the corpus size (paper 002, Sec. 11.6).
 
     The noise on g is scaled so each topic starts with about ``n_tokens / K`` pseudo-counts;
     h starts as if every document gave each topic an expected weight of 1/K. g is built in place and h, whose
     rows are all the same, is a read-only V x K view of one row: one V x K array in all.
+
+    With ``spread_prior`` the prior's part c0/V of each g_vk is drawn too, as c0/V times Uniform(0, 2) (the same
+    mean). Local steps that weigh words by E[beta] = g / h see the topics differ only by that noise over the
+    prior's shape, and on a small corpus (few pseudo-counts per word) the topics then start so alike that the
+    first sweeps move no token and every topic stays the same; exp(E ln beta) magnifies the same differences
+    several times (docs/models/bnmf.md, "Topic weights").
     """
     g = rng.uniform(0.0, 1.0, size=(n_words, n_topics))
     noise_sums = g.sum(axis=0, keepdims=True)
     g *= n_tokens / n_topics
     g /= noise_sums
-    g += hyper.c0 / n_words
+    if spread_prior:
+        g += (2.0 * hyper.c0 / n_words) * rng.uniform(0.0, 1.0, size=(n_words, n_topics))
+    else:
+        g += hyper.c0 / n_words
     h = np.broadcast_to(np.full(n_topics, hyper.c0 + n_docs / n_topics), (n_words, n_topics))
     return g, h
 

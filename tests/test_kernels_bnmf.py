@@ -359,3 +359,15 @@ def test_top_words_are_those_of_the_whole_sorted_topic_word_matrix(n_words, n):
     assert bnmf.top_words(g, np.tile(h, (n_words, 1)), None, n) == expected
     vocab = [f"word{v}" for v in range(n_words)]
     assert bnmf.top_words(g, h, vocab, n)[2][:3] == ["word0", "word1", "word4"][:n]
+
+
+def test_a_spread_start_draws_the_priors_part_around_the_same_mean():
+    """With ``spread_prior`` each g_vk's prior part c0/V is c0/V times Uniform(0, 2): with almost no pseudo-counts
+    (the noise's share) g / (c0/V) then has mean 1 and standard deviation 1/sqrt(3) over the entries, where
+    without it every entry is c0/V; h is the same either way."""
+    hyper = bnmf.Hyper.paper_defaults(400, 30)
+    plain = bnmf.initial_globals(400, 30, 1e-9, 50, hyper, np.random.default_rng(0))
+    spread = bnmf.initial_globals(400, 30, 1e-9, 50, hyper, np.random.default_rng(0), spread_prior=True)
+    ratio = spread[0] / (hyper.c0 / 400)
+    assert np.allclose(plain[0], hyper.c0 / 400) and np.array_equal(plain[1], spread[1])
+    assert abs(ratio.mean() - 1.0) < 0.01 and abs(ratio.std() - 3 ** -0.5) < 0.01 and ratio.max() < 2.0

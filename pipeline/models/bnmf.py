@@ -22,6 +22,7 @@ from buffet.pipeline.models.topics import CLIENT_THREADS, Corpus, TopicModelConf
 TOPIC_SHAPE = 0.5  # the default shape c0 / V of the topic prior beta_vk ~ Gamma(c0/V, c0)
 MAP_TOPIC_SHAPE = 0.2  # the same for the MAP estimate (``BNMFConfig.estimate``)
 ESTIMATES = ("vb", "map")
+TOPIC_WEIGHTS = ("mean", "geometric")  # ``BNMFConfig.topic_weights``
 STEP_SIZES = ("banded", "adaptive", "schedule")  # ``BNMFConfig.step_size``
 BAND_T0, BAND_KAPPA = 1.0, 0.51  # the schedule that bounds the "banded" steps from above: (1 + t)^-0.51
 SVI_SHAPES = "svi_shapes"  # the globals' name of the lazy shapes' own values (``BNMFState.to_arrays``)
@@ -42,15 +43,20 @@ class BNMFConfig(TopicModelConfig):
     the schedule (kappa 0.6, t0 10) and the undelayed schedule (1 + t)^-0.51 (``step_size`` "banded"), and a
     document's local sweeps stop once fewer than 1% of its tokens change topic in a sweep (``share_tol``) or after
     20. The noise is that of a draw without replacement from the corpus (``kernels.bnmf.minibatch_noise``), so a
-    small corpus's minibatches, which cannot differ by more than the corpus holds, take longer steps. Over a panel
-    of 52 corpora, 39 generated and 13 of real text (benchmarks/bnmf_sweep_panel.py), refitted on ten fresh seeds
-    where it did worst, this rule's largest shortfall in held-out score against each corpus's best of the earlier
-    settings is 0.30% on the corpora it was chosen on and 0.41% on five added unseen to check it, where the banded
-    step of 2026-11-28 (floor t0 5, ceiling (1 + t)^-0.6, no correction) fell 0.75% short (and the schedule t0 = 1
-    with 30 sweeps, the defaults before that, 2.27% at three seeds). Corpora with dense topics or more topics than
-    they hold want small early steps, which the noise-driven step finds and no fixed schedule gives every corpus;
-    the upper bound keeps the steps from chasing each minibatch where a store holds like documents together (there a
-    minibatch's own spread understates how much the next one differs; docs/models/bnmf.md, "Step sizes").
+    small corpus's minibatches, which cannot differ by more than the corpus holds, take longer steps. Corpora with
+    dense topics or more topics than they hold want small early steps, which the noise-driven step finds and no
+    fixed schedule gives every corpus; the upper bound keeps the steps from chasing each minibatch where a store
+    holds like documents together (there a minibatch's own spread understates how much the next one differs;
+    docs/models/bnmf.md, "Step sizes").
+
+    Why the local sweeps weigh words in topics by E[beta] (``topic_weights`` "mean") and not by exp(E ln beta),
+    mean-field VB's update: the latter weighs down the words a topic holds few times, and topics that hold few
+    tokens, so they lose tokens at every step (docs/models/bnmf.md, "Topic weights"). Over the panel of 57 corpora
+    of benchmarks/bnmf_sweep_panel.py (43 generated, 14 of real text), the means' largest shortfall in held-out
+    score against each corpus's best of the earlier settings is 0.31% at ten fresh seeds (U1, drawn from Bayesian
+    NMF with twice as many topics fitted as it holds), where exp(E ln beta) with the same steps fell 0.35% short;
+    on five corpora added unseen to check it, 0.18% against 0.51%; on real text the means score 0.2-0.9% higher.
+    They take about 7% more local sweeps.
 
     Why the topic prior defaults to c0 = 0.5 V (shape 0.5 per word and topic) and not the paper's 0.05 V:
     mean-field VB weighs a word in a topic by exp(E ln beta) = exp(psi(g)) / h, about (g - 0.5) / h for
@@ -76,6 +82,12 @@ class BNMFConfig(TopicModelConfig):
                                  "exp(E ln): fewer topics left empty, and on the real text measured higher held-out "
                                  "scores (docs/models/bnmf.md, 'The MAP estimate'). Its topic prior defaults to "
                                  "c0 = 0.2 V.")
+    topic_weights: str = option("mean", "How the local sweeps weigh a word in a topic: 'mean' by the topic's posterior "
+                                        "mean E[beta_vk]; 'geometric' by exp(E ln beta_vk), paper 002's mean-field "
+                                        "update, which starves topics of rare words and empties topics that hold few "
+                                        "tokens. q(beta) and q(theta) are Gamma posteriors either way; 'geometric' "
+                                        "is the one whose batch ELBO never falls (docs/models/bnmf.md, 'Topic "
+                                        "weights'). The MAP estimate always uses the means.")
     kappa: float = inherited_option(TopicModelConfig, "kappa", 0.6)
     t0: float = inherited_option(TopicModelConfig, "t0", 10.0)
     step_size: str = option("banded", "SVI step sizes: 'banded' takes the step the minibatch's own noise calls for, "
@@ -105,30 +117,48 @@ class BNMFConfig(TopicModelConfig):
         if self.step_size not in STEP_SIZES:
             raise UserError(f"step_size must be one of {', '.join(STEP_SIZES)}, got {self.step_size!r}")
         if self.estimate not in ESTIMATES:
-            raise UserError(f"estimate must be 'vb' or 'map', got {self.estimate!r}")
+            raise UserError(f"estimate must be one of {', '.join(ESTIMATES)}, got {self.estimate!r}")
+        if self.topic_weights not in TOPIC_WEIGHTS:
+            raise UserError(f"topic_weights must be one of {', '.join(TOPIC_WEIGHTS)}, got {self.topic_weights!r}")
+        if self.estimate == "map" and self.topic_weights != "mean":
+            raise UserError("the MAP estimate weighs words by the topics' means: drop --topic-weights geometric or "
+                            "use --estimate vb")
         if self.precision not in ("float64", "float32"):
             raise UserError(f"precision must be 'float64' or 'float32', got {self.precision!r}")
 
     @property
-    def means(self) -> bool:
-        """Whether the local sweeps and views use the means (the MAP estimate) instead of exp(E ln)."""
+    def map_estimate(self) -> bool:
+        """Whether the MAP estimate is fitted: the local sweeps weigh topics in a document by the means of theta too,
+        and batch mode ascends the log posterior density instead of the ELBO."""
         return self.estimate == "map"
+
+    @property
+    def topic_means(self) -> bool:
+        """Whether the local sweeps weigh words in topics by E[beta] (``topic_weights``, and the MAP estimate)
+        instead of exp(E ln beta)."""
+        return self.map_estimate or self.topic_weights == "mean"
+
+    @property
+    def spread_start(self) -> bool:
+        """Whether the starting topics draw the prior's part of their shapes too (``kernels.bnmf.initial_globals``):
+        for VB with the topics' means, whose starting differences the prior's shape would otherwise dilute."""
+        return self.topic_means and not self.map_estimate
 
     def local_settings(self) -> bnmf.LocalSettings:
         """How the training local steps run."""
-        return bnmf.LocalSettings(self.local_tol, self.max_sweeps, self.accelerate, self.share_tol, self.means)
+        return bnmf.LocalSettings(self.local_tol, self.max_sweeps, self.accelerate, self.share_tol, self.map_estimate)
 
     def inference_settings(self) -> bnmf.LocalSettings:
         """How documents are fitted with the topics fixed for evaluation and ``transform``."""
-        return bnmf.LocalSettings(self.local_tol, self.eval_max_sweeps, self.accelerate, means=self.means)
+        return bnmf.LocalSettings(self.local_tol, self.eval_max_sweeps, self.accelerate, means=self.map_estimate)
 
     def view(self, g: np.ndarray, h: np.ndarray, dtype=np.float64, threads: int = 1) -> bnmf.TopicView:
         """The view of topics g, h that this estimate's local steps read (``kernels.bnmf.word_weights``)."""
-        return bnmf.TopicView.from_params(g, h, dtype=dtype, threads=threads, means=self.means)
+        return bnmf.TopicView.from_params(g, h, dtype=dtype, threads=threads, means=self.topic_means)
 
     def hyper(self, n_words: int) -> bnmf.Hyper:
         base = bnmf.Hyper.paper_defaults(n_words, self.n_topics)
-        shape = MAP_TOPIC_SHAPE if self.means else TOPIC_SHAPE
+        shape = MAP_TOPIC_SHAPE if self.map_estimate else TOPIC_SHAPE
         return bnmf.Hyper(c0=shape * n_words if self.c0 is None else self.c0,
                           a0=base.a0 if self.a0 is None else self.a0,
                           b0=base.b0 if self.b0 is None else self.b0, n_words=n_words)
@@ -216,13 +246,13 @@ class BNMF:
     def objective_key(self) -> str:
         """The trace's name of the batch objective: the ELBO (``elbo``), or for the MAP estimate the log posterior
         density at it (``log_posterior``)."""
-        return "log_posterior" if self.config.means else "elbo"
+        return "log_posterior" if self.config.map_estimate else "elbo"
 
     def initial_globals(self, corpus: Corpus, n_tokens: float, n_docs: int) -> BNMFState:
         """The prior plus noise scaled to the corpus (paper 002, Sec. 11.6); the new g becomes the topics' own
         array (no copy: at V = 100,000 and K = 100 each V x K array is 80 MB)."""
         g, h = bnmf.initial_globals(corpus.n_words, self.config.n_topics, n_tokens, n_docs, self.hyper,
-                                    stream(self.config.seed, "init"))
+                                    stream(self.config.seed, "init"), spread_prior=self.config.spread_start)
         return BNMFState(bnmf_sparse.LazyTopics(g, h[0].copy()), docs_seen=0)
 
     def local_view(self, state: BNMFState) -> bnmf.TopicView:
@@ -255,7 +285,7 @@ class BNMF:
         else:
             union = words = np.unique(np.concatenate(engine.collect(prepared)))
         view = state.topics.view(words, dtype=np.dtype(self.config.precision), threads=CLIENT_THREADS,
-                                 means=self.config.means)
+                                 means=self.config.topic_means)
         return engine.reduce(engine.map(self.svi_local, blocks, engine.share((union, view))),
                              combine=bnmf_sparse.add_word_stats)
 
@@ -276,7 +306,7 @@ class BNMF:
 
     def local_elbo(self, rows: CSRRows, a: np.ndarray, view: bnmf.TopicView) -> dict:
         """A block's terms of the objective: the ELBO's, or the MAP objective's (``BNMFConfig.estimate``)."""
-        terms = bnmf.map_local_objective if self.config.means else bnmf.local_elbo
+        terms = bnmf.map_local_objective if self.config.map_estimate else bnmf.local_elbo
         return {"elbo": terms(rows.indptr, rows.indices, rows.data, view, self.hyper, a)}
 
     def objective(self, engine: Engine, rows: BlockSet, locals_: BlockSet, state: BNMFState) -> float:
@@ -284,7 +314,7 @@ class BNMF:
         documents' terms, reduced, plus the topics'."""
         view = engine.share(self.local_view(state))
         local = engine.reduce(engine.map(self.local_elbo, rows, locals_, view))["elbo"]
-        topics = bnmf.map_global_objective if self.config.means else bnmf.global_elbo
+        topics = bnmf.map_global_objective if self.config.map_estimate else bnmf.global_elbo
         return local + topics(state.g, state.topics.rate, self.hyper)
 
     def step_size(self, state: BNMFState, stats: dict, scale: float, step: int) -> float:
