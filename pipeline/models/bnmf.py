@@ -65,7 +65,10 @@ class BNMFConfig(TopicModelConfig):
     sharpening on the training documents, and held-out scores fell with every pass on short documents
     (real and generated), a one-pass score looking better only while the initial topics' uniform mass was
     not yet forgotten. With shape 0.5 more passes score better or the same, and one pass the same or better
-    (benchmarks/bnmf_passes.py).
+    (benchmarks/bnmf_passes.py). With the topics' means in the sweeps it was kept: in trials on the same panel
+    (three seeds, before the starting topics were spread) a shape of 0.3 fell up to 0.72% short of a corpus's best
+    earlier setting and 0.2 (the MAP estimate's) up to 0.93% on eight corpora tried, against 0.30% for 0.5 on all
+    but the one corpus whose topics then stayed alike.
     """
 
     c0: float | None = option(None, "Topic prior strength: beta_vk ~ Gamma(c0/V, c0), mean 1/V (> 0; unset: 0.5 V, "
@@ -76,12 +79,13 @@ class BNMFConfig(TopicModelConfig):
                                     "1/K, paper 002). Smaller makes each document use fewer topics.")
     b0: float | None = option(None, "Rate of the document weights' prior theta_kd ~ Gamma(a0, b0) (> 0; unset: "
                                     "1/K). The prior mean of theta is a0/b0.")
-    estimate: str = option("vb", "What is fitted: 'vb' the variational posterior q(beta), q(theta) of paper 002; "
+    estimate: str = option("vb", "What is fitted: 'vb' gamma posteriors q(beta), q(theta) (paper 002; see "
+                                 "--topic-weights for how the local sweeps weigh the topics); "
                                  "'map' the MAP estimate of beta and theta under priors whose shapes are one "
-                                 "larger, by EM (online EM in SVI), whose local sweeps use the means where VB uses "
-                                 "exp(E ln): fewer topics left empty, and on the real text measured higher held-out "
-                                 "scores (docs/models/bnmf.md, 'The MAP estimate'). Its topic prior defaults to "
-                                 "c0 = 0.2 V.")
+                                 "larger, by EM (online EM in SVI), whose local sweeps weigh topics in a document by "
+                                 "the means of theta as well: fewer topics left empty, and on the real text measured "
+                                 "higher held-out scores (docs/models/bnmf.md, 'The MAP estimate'). Its topic prior "
+                                 "defaults to c0 = 0.2 V.")
     topic_weights: str = option("mean", "How the local sweeps weigh a word in a topic: 'mean' by the topic's posterior "
                                         "mean E[beta_vk]; 'geometric' by exp(E ln beta_vk), paper 002's mean-field "
                                         "update, which starves topics of rare words and empties topics that hold few "
