@@ -194,7 +194,8 @@ def test_topics_weighed_by_their_means_start_apart_on_a_small_corpus(seed):
     two seeds did so, 2 of 8 tried, with the prior's part not drawn: ``kernels.bnmf.initial_globals``); drawn, each
     topic ends with its own share of the tokens."""
     X = sp.csr_matrix(lda_datasets.load_reuters())[:300]
-    model = BayesianNMF(n_topics=50, batch_size=10, passes=1, eval_every=1000, seed=seed, split=None).fit(X)
+    model = BayesianNMF(n_topics=50, batch_size=10, passes=1, eval_every=1000, seed=seed, split=None,
+                        topic_weights="mean").fit(X)
     share = model.g_.sum(axis=0) / model.g_.sum()
     assert share.max() > 2.0 / 50 and np.mean([r["mean_sweeps"] for r in model.trace_]) > 2
 
