@@ -324,3 +324,16 @@ def test_banded_steps_do_not_chase_the_minibatches_of_a_store_in_the_file_s_orde
     assert (np.array([r["rho"] for r in fits["banded"].trace_]) <= ceiling + 1e-12).all()
     assert score["adaptive"] < score["schedule"] - 0.1
     assert score["banded"] > score["schedule"] - 0.05, score
+
+
+def test_the_batch_objective_reads_the_topics_as_its_formula_does():
+    """The local sweeps read E[beta] with ``topic_weights="mean"``, but the ELBO that batch mode records is written
+    in exp(E ln beta) whatever they read (and the MAP estimate's log posterior density in E[beta])."""
+    g, h = np.random.default_rng(0).gamma(2.0, 1.0, size=(2, 6, 3))
+    geometric, means = bnmf.TopicView.from_params(g, h), bnmf.TopicView.from_params(g, h, means=True)
+    for config, sweeps, objective in ((BNMFConfig(topic_weights="mean"), means, geometric),
+                                      (BNMFConfig(), geometric, geometric),
+                                      (BNMFConfig(estimate="map"), means, means)):
+        config.check()
+        np.testing.assert_array_equal(config.view(g, h).exp_elog_beta, sweeps.exp_elog_beta)
+        np.testing.assert_array_equal(config.objective_view(g, h).exp_elog_beta, objective.exp_elog_beta)

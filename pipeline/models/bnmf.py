@@ -161,6 +161,11 @@ class BNMFConfig(TopicModelConfig):
         """The view of topics g, h that this estimate's local steps read (``kernels.bnmf.word_weights``)."""
         return bnmf.TopicView.from_params(g, h, dtype=dtype, threads=threads, means=self.topic_means)
 
+    def objective_view(self, g: np.ndarray, h: np.ndarray, dtype=np.float64, threads: int = 1) -> bnmf.TopicView:
+        """The view the batch objective is written in: exp(E ln beta) for the ELBO, whatever the local sweeps weigh
+        topics by (``topic_weights``), and E[beta] for the MAP estimate's log posterior density."""
+        return bnmf.TopicView.from_params(g, h, dtype=dtype, threads=threads, means=self.map_estimate)
+
     def hyper(self, n_words: int) -> bnmf.Hyper:
         base = bnmf.Hyper.paper_defaults(n_words, self.n_topics)
         shape = MAP_TOPIC_SHAPE if self.map_estimate else TOPIC_SHAPE
@@ -317,7 +322,8 @@ class BNMF:
     def objective(self, engine: Engine, rows: BlockSet, locals_: BlockSet, state: BNMFState) -> float:
         """The ELBO (or with the MAP estimate, the log posterior density at it) at the new globals: the
         documents' terms, reduced, plus the topics'."""
-        view = engine.share(self.local_view(state))
+        view = engine.share(self.config.objective_view(state.g, state.topics.rate, np.dtype(self.config.precision),
+                                                       CLIENT_THREADS))
         local = engine.reduce(engine.map(self.local_elbo, rows, locals_, view))["elbo"]
         topics = bnmf.map_global_objective if self.config.map_estimate else bnmf.global_elbo
         return local + topics(state.g, state.topics.rate, self.hyper)
