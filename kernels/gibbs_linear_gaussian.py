@@ -523,23 +523,27 @@ def exchange(X: np.ndarray, Z: np.ndarray, sigma_x: float, sigma_a: float, rng: 
 def recombine(X: np.ndarray, Z: np.ndarray, alpha: float, sigma_x: float, sigma_a: float,
               rng: np.random.Generator) -> np.ndarray:
     """One recombination Metropolis-Hastings move on Z (N x K+, bool), exact for P([Z]) p(X | Z) (eqs. 2, 6):
-    three columns c, a, b become two, f and g, or back, in one of two forms drawn with probability 1/2.
+    three columns c, a, b become two, f and g, or back, in one of three forms drawn with probability 1/3.
 
     It leaves the modes where two true features f and g are held as three columns, which neither single
-    entries nor split-merge or exchange moves leave through a likely state (docs/models/gibbs.md): the joint
-    form, where rows with both use a column c of their own (values f + g) beside an f-only column a and a
-    g-only column b (f = a | c, g = b | c); and the union form, where c holds the rows with either (values
-    f + g), a those with f only (values -g) and b those with g only (values -f) (f = c & ~b, g = c & ~a; rows
-    in a and b both hold neither). With probability 1/2 a column is to go: c uniformly of the K+ columns, then
-    {a, b} uniformly of the C(K+ - 1, 2) pairs of the others, and nothing is proposed unless a and b lie
-    outside c (joint form) or inside it (union form) and f and g are not empty. Otherwise a column is to come
-    from the pair {f, g}, drawn uniformly of the C(K+, 2) pairs: each of the m eligible rows (those of f & g
-    in the joint form, of neither in the union form) joins a set S with probability 1/2, and c = S,
-    a = f & ~S, b = g & ~S (joint) or c = f | g | S, a = f & ~g | S, b = g & ~f | S (union), c going last (as
-    all moves treat the columns exchangeably, the same as a uniform one of the K+ + 1 positions); nothing is
-    proposed if c, a or b is empty. The two maps are inverse, with proposal probabilities 1 / (4 K C(K - 1, 2))
-    for the removal from K columns and that times 2^-m for its reverse. With the prior of eq. 2 on
-    column-exchangeable matrices, alpha^K+ / K+! prod_k f(m_k) (``split_merge``), the removal has
+    entries nor split-merge or exchange moves leave through a likely state (docs/models/gibbs.md):
+    - the joint form, where rows with both use a column c of their own (values f + g) beside an f-only
+      column a and a g-only column b (f = a | c, g = b | c);
+    - the union form, where c holds the rows with either (values f + g), a those with f only (values -g) and
+      b those with g only (values -f) (f = c & ~b, g = c & ~a; rows in a and b both hold neither);
+    - the carried form, where the column of g carries f too (c = g, values f + g), a holds the rows of g
+      without f (values -f) and b those of f without g (values f) (f = b | c & ~a, g = c).
+    With probability 1/2 a column is to go: c uniformly of the K+ columns, then an ordered pair (a, b)
+    uniformly of the others, and nothing is proposed unless a and b lie outside c (joint), inside it (union),
+    or a inside and b outside (carried), and f and g are not empty. Otherwise a column is to come from an
+    ordered pair (f, g) drawn uniformly: in the joint and union forms each of the m eligible rows (those of
+    f & g in the joint form, of neither in the union form) joins a set S with probability 1/2, and c = S,
+    a = f & ~S, b = g & ~S (joint) or c = f | g | S, a = f & ~g | S, b = g & ~f | S (union); in the carried
+    form c = g, a = g & ~f, b = f & ~g (m = 0). c goes last (as all moves treat the columns exchangeably, the
+    same as a uniform one of the K+ + 1 positions); nothing is proposed if c, a or b is empty. Each form's two
+    maps are inverse, with proposal probabilities 1 / (6 K (K - 1) (K - 2)) for the removal from K columns and
+    that times 2^-m for its reverse. With the prior of eq. 2 on column-exchangeable matrices,
+    alpha^K+ / K+! prod_k f(m_k) (``split_merge``), the removal has
     log R = log K - log alpha - m log 2 + sum of log f(m_k) over f, g - the same over c, a, b
             + log p(X | Z_two) - log p(X | Z_three),
     accepted with probability min(1, R); an addition is its reverse, accepted with min(1, 1 / R).
@@ -552,23 +556,53 @@ def recombine(X: np.ndarray, Z: np.ndarray, alpha: float, sigma_x: float, sigma_
     return proposed if rng.random() < math.exp(min(0.0, log_ratio)) else Z
 
 
+JOINT, UNION, CARRIED = range(3)   # the forms of ``recombine``
+
+
+def _two_of_three(form: int, z_c: np.ndarray, z_a: np.ndarray, z_b: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:
+    """The features (f, g) that columns c, a, b hold in ``form`` (``recombine``); None if they are not in it."""
+    if form == JOINT:
+        return None if ((z_a | z_b) & z_c).any() else (z_a | z_c, z_b | z_c)
+    if form == UNION:
+        return None if ((z_a | z_b) & ~z_c).any() else (z_c & ~z_b, z_c & ~z_a)
+    return None if (z_a & ~z_c).any() or (z_b & z_c).any() else (z_b | z_c & ~z_a, z_c)
+
+
+def _eligible(form: int, f: np.ndarray, g: np.ndarray) -> np.ndarray:
+    """The rows whose place is drawn when features f, g become three columns in ``form`` (``recombine``): those
+    of f & g in the joint form, of neither in the union form, none in the carried form."""
+    if form == CARRIED:
+        return np.zeros_like(f)
+    return f & g if form == JOINT else ~(f | g)
+
+
+def _three_of_two(form: int, f: np.ndarray, g: np.ndarray,
+                  rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Columns c, a, b holding features f, g in ``form`` (``recombine``), each ``_eligible`` row joining S with
+    probability 1/2."""
+    if form == CARRIED:
+        return g, g & ~f, f & ~g
+    chosen = _eligible(form, f, g) & (rng.random(len(f)) < 0.5)
+    if form == JOINT:
+        return chosen, f & ~chosen, g & ~chosen
+    return f | g | chosen, f & ~g | chosen, g & ~f | chosen
+
+
 def _recombination(X: np.ndarray, Z: np.ndarray, alpha: float, sigma_x: float, sigma_a: float,
                    rng: np.random.Generator) -> tuple[np.ndarray, float] | None:
     """The proposal of ``recombine`` and its log acceptance ratio (log R of a removal, -log R of an addition);
     None when nothing is proposed."""
     n, k = Z.shape
-    remove, joint = rng.random() < 0.5, rng.random() < 0.5
+    remove, form = rng.random() < 0.5, int(3 * rng.random())
     if remove:
         if k < 3:
             return None
         c = int(rng.integers(k))
         pair = rng.choice(np.delete(np.arange(k), c), size=2, replace=False)
-        z_c, z_a, z_b = Z[:, c], Z[:, pair[0]], Z[:, pair[1]]
-        if ((z_a | z_b) & (z_c if joint else ~z_c)).any():
+        features = _two_of_three(form, Z[:, c], Z[:, pair[0]], Z[:, pair[1]])
+        if features is None or not (features[0].any() and features[1].any()):
             return None
-        f, g = (z_a | z_c, z_b | z_c) if joint else (z_c & ~z_b, z_c & ~z_a)
-        if not (f.any() and g.any()):
-            return None
+        f, g = features
         three, two = Z, Z.copy()
         two[:, pair[0]], two[:, pair[1]] = f, g
         two = np.delete(two, c, axis=1)
@@ -577,15 +611,12 @@ def _recombination(X: np.ndarray, Z: np.ndarray, alpha: float, sigma_x: float, s
             return None
         pair = rng.choice(k, size=2, replace=False)
         f, g = Z[:, pair[0]], Z[:, pair[1]]
-        chosen = (f & g if joint else ~(f | g)) & (rng.random(n) < 0.5)
-        z_c, z_a, z_b = (chosen, f & ~chosen, g & ~chosen) if joint else (f | g | chosen, f & ~g | chosen,
-                                                                         g & ~f | chosen)
+        z_c, z_a, z_b = _three_of_two(form, f, g, rng)
         if not (z_c.any() and z_a.any() and z_b.any()):
             return None
         two, three = Z, np.column_stack([Z, z_c])
         three[:, pair[0]], three[:, pair[1]] = z_a, z_b
-    eligible = np.sum(f & g if joint else ~(f | g))
-    log_ratio = (math.log(three.shape[1]) - math.log(alpha) - eligible * math.log(2.0)
+    log_ratio = (math.log(three.shape[1]) - math.log(alpha) - _eligible(form, f, g).sum() * math.log(2.0)
                  + _log_feature_prior(two.sum(axis=0), n) - _log_feature_prior(three.sum(axis=0), n)
                  + collapsed_log_likelihood(X, two, sigma_x, sigma_a)
                  - collapsed_log_likelihood(X, three, sigma_x, sigma_a))

@@ -155,14 +155,18 @@ class _PlayedBack:
 
 def _recombination_draws(n, k):
     """Every way ``_recombination`` can draw on an N x K matrix, with its probability: a removal (first
-    uniform below 1/2) of either form (second uniform), c and an ordered pair of the other columns; an
-    addition of either form, an ordered pair and the rows' uniforms (below or above 1/2)."""
-    for form in (0.0, 0.9):
+    uniform below 1/2) of each of the three forms (second uniform: 0.0 joint, 0.5 union, 0.9 carried), c and an
+    ordered pair of the other columns; an addition of each form, an ordered pair and, in the joint and union
+    forms, the rows' uniforms (below or above 1/2)."""
+    for form in (0.0, 0.5, 0.9):
         for c, f, g in itertools.permutations(range(k), 3):
-            yield 0.25 / (k * (k - 1) * (k - 2)), (0.0, form, c, np.array([f, g]))
+            yield 1 / (6 * k * (k - 1) * (k - 2)), (0.0, form, c, np.array([f, g]))
         for f, g in itertools.permutations(range(k), 2):
+            if form == 0.9:
+                yield 1 / (6 * k * (k - 1)), (0.9, form, np.array([f, g]))
+                continue
             for bits in itertools.product([0.0, 0.9], repeat=n):
-                yield 0.25 / (k * (k - 1) * 2 ** n), (0.9, form, np.array([f, g]), np.array(bits))
+                yield 1 / (6 * k * (k - 1) * 2 ** n), (0.9, form, np.array([f, g]), np.array(bits))
 
 
 def test_recombination_moves_satisfy_detailed_balance_exactly():
