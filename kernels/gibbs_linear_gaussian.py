@@ -559,7 +559,8 @@ def recombine(X: np.ndarray, Z: np.ndarray, alpha: float, sigma_x: float, sigma_
 JOINT, UNION, CARRIED = range(3)   # the forms of ``recombine``
 
 
-def _two_of_three(form: int, z_c: np.ndarray, z_a: np.ndarray, z_b: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:
+def _two_of_three(form: int, z_c: np.ndarray, z_a: np.ndarray,
+                  z_b: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:
     """The features (f, g) that columns c, a, b hold in ``form`` (``recombine``); None if they are not in it."""
     if form == JOINT:
         return None if ((z_a | z_b) & z_c).any() else (z_a | z_c, z_b | z_c)

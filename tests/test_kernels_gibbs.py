@@ -173,8 +173,9 @@ def test_recombination_moves_satisfy_detailed_balance_exactly():
     """Every draw of ``recombine`` played back on every class with K+ <= 3 of a 3-row matrix gives the move's
     exact transition probabilities between classes, T(A -> B) = sum of draw probability x min(1, R); then
     P(A) T(A -> B) = P(B) T(B -> A) for the exact posterior P (eqs. 2, 6), up to rounding. The ratio without
-    its 2^-m, with the count m of the joint form in the union form, or without log K (each tried by editing
-    the move) breaks it."""
+    its 2^-m, with the count m of the joint form in the union form, without log K, or with either map of the
+    carried form wrong (b = f instead of f & ~g; f = b | c instead of b | c & ~a) breaks it (each tried by
+    editing the move)."""
     rng = np.random.default_rng(5)
     alpha, sx, sa = 1.5, 0.7, 1.4
     X = linear_gaussian_x(TINY_Z, rng.normal(size=(2, 4)) * sa, 0.4, rng)

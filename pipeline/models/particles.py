@@ -123,8 +123,9 @@ class LGParticleConfig(ParticleConfig):
                                      "'guided' (weighs each existing feature by how well it explains x_i; it had the "
                                      "lower error at equal time on the paper's images).")
     moves: int = option(60, MOVES_HELP + " The default 60, with the feature moves, kept the filter within 1.1x of "
-                                         "an exact sampler's error on the four-image data where 10 left a third "
-                                         "of the runs in a wrong set of features (docs/performance.md).")
+                                         "an exact sampler's error on the four-image data, where 10 left half the "
+                                         "runs at noise variance 0.5 in a wrong set of features "
+                                         "(docs/performance.md).")
     feature_moves: int = option(1, "Metropolis-Hastings moves on whole features per particle in each resample-move, "
                                    "after its Gibbs updates (>= 0; used only with --moves > 0): each is a split-merge "
                                    "move (one feature split in two, or two merged), an exchange move (the rows of "
