@@ -22,6 +22,7 @@ from buffet.pipeline.engine.runs import fit_run, resume_run
 from buffet.pipeline.engine.selection import validation_folds
 from buffet.pipeline.experiments.bmf import nearest_bottom
 from buffet.pipeline.models.bmf import BMFConfig, BMFDriver
+from buffet.pipeline.reports.bmf import feature_spread
 from buffet.pipeline.reports.outputs import evaluate_run, export_run
 
 from helpers import assert_same, buffet, checkpoint, run_main
@@ -203,11 +204,34 @@ def test_cli_fit_evaluate_export_report(tmp_path, stores, capsys):
         assert post["predictive_mean"].shape == (60, 20)
         assert post["U"].shape[0] == 60 and post["V"].shape[0] == 20 and post["trace_k_plus"].shape == (20,)
         np.testing.assert_array_equal(post["trace_step"], np.arange(1, 21))
+        retained = {key: post[f"trace_{key}"][5:] for key in ("k_plus", "l_plus")}  # after the 5 burn-in sweeps
     files = run_main(capsys, "report", tmp_path / "run", "--out", tmp_path / "report").split()
-    assert "| retained_sweeps | 15 |" in (tmp_path / "report" / "summary.md").read_text()
+    text = (tmp_path / "report" / "summary.md").read_text()
+    assert "| retained_sweeps | 15 |" in text
+    moved = False
+    for key, name in (("k_plus", "K+"), ("l_plus", "L+")):
+        kept = retained[key]
+        n = np.unique(kept).size
+        assert f"- {name} over the 15 retained sweeps: {kept.min():g} to {kept.max():g} " \
+               f"({n} distinct value{'' if n == 1 else 's'})" in text
+        moved |= kept.min() < kept.max()
+    assert ("did not move after the burn-in" in text) == (not moved)
     for name in ("trace.png", "trace_features.png", "features.png"):
         assert str(tmp_path / "report" / name) in files
         assert (tmp_path / "report" / name).read_bytes()[:4] == b"\x89PNG"
+
+
+def test_the_summary_cautions_only_when_neither_feature_count_moved():
+    """``feature_spread`` reads the retained sweeps alone, and cautions when K+ and L+ both stayed put."""
+    trace = [{"retained": step >= 2, "k_plus": 3.0 if step else 5.0, "l_plus": 4.0} for step in range(6)]
+    lines = feature_spread(trace)
+    assert lines[:2] == ["- K+ over the 4 retained sweeps: 3 to 3 (1 distinct value)",
+                         "- L+ over the 4 retained sweeps: 4 to 4 (1 distinct value)"]
+    assert len(lines) == 3 and "did not move after the burn-in" in lines[2]
+    trace[-1]["l_plus"] = 6.0
+    assert feature_spread(trace) == ["- K+ over the 4 retained sweeps: 3 to 3 (1 distinct value)",
+                                     "- L+ over the 4 retained sweeps: 4 to 6 (2 distinct values)"]
+    assert feature_spread([{"retained": False, "k_plus": 1.0, "l_plus": 1.0}]) == []
 
 
 def test_bad_input_gets_a_one_line_error(tmp_path, stores):

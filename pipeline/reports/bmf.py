@@ -88,11 +88,27 @@ def figures(driver: BMFDriver, run: RunStore, trace: list[dict], out_dir: Path) 
             _binary_matrices(driver.full("u"), driver.state.W, driver.full("v"), out_dir / "features.png")]
 
 
+def feature_spread(trace: list[dict]) -> list[str]:
+    """How far K+ and L+ moved over the retained sweeps and, when neither moved, a caution: a chain that sits
+    at one value has not shown the posterior's spread (docs/models/bmf.md, "Limits, as measured")."""
+    kept = [r for r in trace if r["retained"]]
+    if not kept:
+        return []
+    counts = {name: np.array([r[key] for r in kept]) for key, name in (("k_plus", "K+"), ("l_plus", "L+"))}
+    distinct = {name: np.unique(values).size for name, values in counts.items()}
+    lines = [f"- {name} over the {len(kept)} retained sweeps: {values.min():g} to {values.max():g} "
+             f"({distinct[name]} distinct value{'' if distinct[name] == 1 else 's'})" for name, values in counts.items()]
+    if all(np.ptp(values) == 0 for values in counts.values()):
+        lines.append("- K+ and L+ did not move after the burn-in: read them as this chain's values, not as the "
+                     "posterior's spread; fit other seeds and compare their log joints.")
+    return lines
+
+
 def summary(driver: BMFDriver, run: RunStore, trace: list[dict]) -> list[str]:
-    """The settings and a table of ``evaluate``'s quantities."""
+    """The settings, how far K+ and L+ moved (``feature_spread``) and a table of ``evaluate``'s quantities."""
     config = driver.config
-    lines = [f"- likelihood: {config.likelihood}, sweeps: {config.sweeps}, burn-in: {config.burn_in}", "",
-             "| quantity | value |", "| --- | --- |"]
+    lines = [f"- likelihood: {config.likelihood}, sweeps: {config.sweeps}, burn-in: {config.burn_in}",
+             *feature_spread(trace), "", "| quantity | value |", "| --- | --- |"]
     return lines + [f"| {k} | {v:.6g} |" if isinstance(v, float) else f"| {k} | {v} |"
                     for k, v in evaluate(driver, run).items()]
 
