@@ -98,7 +98,7 @@ def feature_spread(trace: list[dict]) -> list[str]:
     distinct = {name: np.unique(values).size for name, values in counts.items()}
     lines = [f"- {name} over the {len(kept)} retained sweeps: {values.min():g} to {values.max():g} "
              f"({distinct[name]} distinct value{'' if distinct[name] == 1 else 's'})" for name, values in counts.items()]
-    if all(np.ptp(values) == 0 for values in counts.values()):
+    if all(n == 1 for n in distinct.values()):
         lines.append("- K+ and L+ did not move after the burn-in: read them as this chain's values, not as the "
                      "posterior's spread; fit other seeds and compare their log joints.")
     return lines
